@@ -1,0 +1,38 @@
+//! Subcommand definitions and dispatch. Each subcommand family lives in its own file.
+
+pub mod check;
+pub mod gguf;
+pub mod golden;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "golden-lens", version, about = "Where does a DeepSeek-V4.1 implementation leave the reference?")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Inspect or write goldens.
+    #[command(subcommand)]
+    Golden(golden::GoldenCmd),
+    /// Inspect, export or synthesise deepseek41 GGUF files.
+    #[command(subcommand)]
+    Gguf(gguf::GgufCmd),
+    /// Run backends over a golden and compare every capture; exits 1 on any failure.
+    Check(check::CheckArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Some(Command::Golden(cmd)) => golden::run(cmd),
+        Some(Command::Gguf(cmd)) => gguf::run(cmd),
+        Some(Command::Check(args)) => check::run(args),
+        None => {
+            anyhow::bail!("the desktop app is not built yet; try `golden-lens check --golden PATH`")
+        }
+    }
+}
