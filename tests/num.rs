@@ -20,8 +20,9 @@ const GOLDEN_V3_FULL: &str = concat!(
 const TOPK_CASES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/topk_cases.json");
 
 /// Relative bound on a weight checksum `ck = sum_i w_i * (i + 1)`. torch sums in f64 in its own
-/// order and we sum compensated, so the two agree to ~1e-15 relative; one element of any
-/// stored format off by one ulp moves ck by at least ~1e-10 relative for these sizes.
+/// order and we sum compensated; on the v3 golden all 226 agree exactly (observed 0), and the
+/// bound only leaves room for a different summation order. One element of a stored format off
+/// by one ulp moves ck by far more for all but the first few f32 elements.
 const CK_REL_TOL: f64 = 1e-12;
 
 fn load_json(path: &str) -> Value {
