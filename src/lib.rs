@@ -1,8 +1,8 @@
 //! golden-lens: find where a DeepSeek-V4.1-Flash implementation leaves the reference golden.
 //! Module tree only; see `../shared/docs/architecture.md` for the map.
 
-pub mod golden;
 pub mod gguf;
+pub mod golden;
 pub mod model;
 pub mod num;
 pub mod oracle;

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "golden-lens", version, about = "Where does a DeepSeek-V4.1 implementation leave the reference?")]
+#[command(
+    name = "golden-lens",
+    version,
+    about = "Where does a DeepSeek-V4.1 implementation leave the reference?"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -1,1 +1,13 @@
-//! placeholder
+//! The model as the backends see it: geometry (`ModelConfig`), parameters (`WeightSource`),
+//! engram hash constants (`EngramTables`), and the step-wise backend contract (`Step`,
+//! `Capture`, `Backend`).
+
+pub mod backend;
+pub mod config;
+pub mod engram;
+pub mod weights;
+
+pub use backend::{Backend, BackendError, Capture, CaptureDtype, CaptureValues, SeedTensors, Step};
+pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
+pub use engram::EngramTables;
+pub use weights::{FillerSource, WeightError, WeightSource};

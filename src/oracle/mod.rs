@@ -1,1 +1,773 @@
-//! placeholder
+//! The CPU oracle: DeepSeek-V4.1's forward as a step-wise backend, rounding exactly where the
+//! reference rounds (spec §6-§15), with state persisting across regimes.
+
+mod attn;
+pub mod hc;
+mod isolate;
+pub mod moe;
+pub mod ops;
+pub mod state;
+
+use crate::model::{
+    Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, SeedTensors, Step,
+    WeightSource,
+};
+use crate::num::bf16_round;
+use ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid, RopeTable};
+use state::{LayerState, PersistentState, RowCache, SharedSlots};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Selections forced into the oracle (counterfactual pinning): per layer, the MoE routing
+/// `[s, k]` and the compressed top-k `[s, k]` (already offset, as in `shared.*.topk_idxs`).
+#[derive(Debug, Clone, Default)]
+pub struct Pins {
+    pub moe_indices: HashMap<usize, Vec<i64>>,
+    pub topk_idxs: HashMap<usize, Vec<i64>>,
+}
+
+/// The CPU reference backend.
+pub struct Oracle {
+    cfg: ModelConfig,
+    weights: Arc<dyn WeightSource>,
+    engram: Option<EngramTables>,
+    rope_plain: RopeTable,
+    rope_yarn: RopeTable,
+    state: PersistentState,
+    /// Current regime.
+    ids: Vec<i64>,
+    sp: usize,
+    hashes: Vec<i64>,
+    h: Vec<f32>,
+    pre_mix: Vec<f32>,
+    /// Pinned selections for this regime (empty unless pinning).
+    pub pins: Pins,
+}
+
+fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
+    BackendError::Invalid {
+        step: step.to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl Oracle {
+    /// A fresh oracle (empty caches) over `weights`.
+    pub fn new(
+        cfg: ModelConfig,
+        weights: Arc<dyn WeightSource>,
+        engram: Option<EngramTables>,
+    ) -> Oracle {
+        let rope_plain = RopeTable::new(
+            cfg.rope_head_dim,
+            0,
+            cfg.rope_theta,
+            cfg.rope_factor,
+            cfg.beta_fast,
+            cfg.beta_slow,
+        );
+        let rope_yarn = RopeTable::new(
+            cfg.rope_head_dim,
+            cfg.original_seq_len,
+            cfg.compress_rope_theta,
+            cfg.rope_factor,
+            cfg.beta_fast,
+            cfg.beta_slow,
+        );
+        let state = Self::fresh_state(&cfg);
+        Oracle {
+            cfg,
+            weights,
+            engram,
+            rope_plain,
+            rope_yarn,
+            state,
+            ids: Vec::new(),
+            sp: 0,
+            hashes: Vec::new(),
+            h: Vec::new(),
+            pre_mix: Vec::new(),
+            pins: Pins::default(),
+        }
+    }
+
+    fn fresh_state(cfg: &ModelConfig) -> PersistentState {
+        let layers = (0..cfg.n_layers)
+            .map(|l| {
+                let r = cfg.compress_ratios[l];
+                let pooled = cfg.kv_source_layers.contains(&l) && r > 1;
+                LayerState {
+                    win: vec![0.0; cfg.window_size * cfg.head_dim],
+                    kv_state: if pooled {
+                        vec![0.0; r * cfg.head_dim]
+                    } else {
+                        Vec::new()
+                    },
+                    score_state: if pooled {
+                        vec![f32::NEG_INFINITY; r * cfg.head_dim]
+                    } else {
+                        Vec::new()
+                    },
+                    compress_kv: RowCache::new(cfg.head_dim),
+                    k_cache: RowCache::new(cfg.index_head_dim),
+                }
+            })
+            .collect();
+        PersistentState {
+            layers,
+            shared: SharedSlots::default(),
+            hash_cache: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Drop all persistent state (a new sequence).
+    pub fn reset(&mut self) {
+        self.state = Self::fresh_state(&self.cfg);
+    }
+
+    /// The persistent state (for inspection and tests).
+    pub fn state(&self) -> &PersistentState {
+        &self.state
+    }
+
+    fn s(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn w(&self, step: Step, name: &str, shape: &[usize]) -> Result<Arc<Vec<f32>>, BackendError> {
+        self.weights
+            .expect(name, shape)
+            .map_err(|source| BackendError::Weight {
+                step: step.to_string(),
+                source,
+            })
+    }
+
+    fn rope(&self, l: usize) -> &RopeTable {
+        if self.cfg.compress_ratios[l] > 0 {
+            &self.rope_yarn
+        } else {
+            &self.rope_plain
+        }
+    }
+
+    fn step_engram_hash(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {
+        let s = self.s();
+        out.push(Capture::int("input_ids", vec![1, s], self.ids.clone()));
+        let Some(ecfg) = self.cfg.engram.clone() else {
+            self.hashes.clear();
+            return Ok(());
+        };
+        let tables = self.engram.as_ref().ok_or_else(|| {
+            invalid(
+                step,
+                "the config has engram layers but no engram tables were given",
+            )
+        })?;
+        const DEAD: i64 = -1;
+        let end = self.sp + s;
+        if self.state.hash_cache.len() < end {
+            self.state.hash_cache.resize(end, 0);
+        }
+        for (t, &id) in self.ids.iter().enumerate() {
+            let c = usize::try_from(id)
+                .ok()
+                .and_then(|i| tables.token_map.get(i).copied())
+                .ok_or_else(|| {
+                    invalid(step, format!("token id {id} outside the engram token map"))
+                })?;
+            self.state.hash_cache[self.sp + t] = c;
+        }
+        let n_eng = ecfg.layer_ids.len();
+        let cols = ecfg.n_hash_cols();
+        let ngram = ecfg.max_ngram_size;
+        let mut hashes = Vec::with_capacity(s * n_eng * cols);
+        for t in 0..s {
+            let p = self.sp + t;
+            let mut tok = vec![0i64; ngram];
+            let mut blocked = false;
+            for (shift, slot) in tok.iter_mut().enumerate() {
+                let src = self.state.hash_cache[p.saturating_sub(shift)];
+                blocked |= p < shift || src == DEAD;
+                *slot = if blocked {
+                    tables.pad_id_compressed
+                } else {
+                    src
+                };
+            }
+            for li in 0..n_eng {
+                let mult = &tables.multipliers[li];
+                let mut rolling = tok[0].wrapping_mul(mult[0]);
+                for i in 1..ngram {
+                    rolling ^= tok[i].wrapping_mul(mult[i]);
+                    for hh in 0..ecfg.n_heads {
+                        let col = (i - 1) * ecfg.n_heads + hh;
+                        hashes.push(
+                            rolling.rem_euclid(tables.primes[li][i - 1][hh])
+                                + tables.offsets[li][col],
+                        );
+                    }
+                }
+            }
+        }
+        out.push(Capture::int(
+            "engram_hashes",
+            vec![1, s, n_eng, cols],
+            hashes.clone(),
+        ));
+        self.hashes = hashes;
+        Ok(())
+    }
+
+    fn step_embed(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {
+        let (s, d, hc) = (self.s(), self.cfg.dim, self.cfg.hc_mult);
+        let rows: Vec<usize> = self
+            .ids
+            .iter()
+            .map(|&id| {
+                usize::try_from(id)
+                    .ok()
+                    .filter(|&i| i < self.cfg.vocab_size)
+                    .ok_or_else(|| invalid(step, format!("token id {id} outside the vocabulary")))
+            })
+            .collect::<Result<_, _>>()?;
+        let shape = self.weights.shape("embed.weight");
+        if shape.as_deref() != Some(&[self.cfg.vocab_size, d][..]) {
+            return Err(invalid(
+                step,
+                format!(
+                    "embed.weight: expected [{}, {d}], found {shape:?}",
+                    self.cfg.vocab_size
+                ),
+            ));
+        }
+        let e =
+            self.weights
+                .rows("embed.weight", &rows)
+                .map_err(|source| BackendError::Weight {
+                    step: step.to_string(),
+                    source,
+                })?;
+        out.push(Capture::f32(
+            "embed",
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            e.clone(),
+        ));
+        let mut h = Vec::with_capacity(s * hc * d);
+        for t in 0..s {
+            for _ in 0..hc {
+                h.extend_from_slice(&e[t * d..(t + 1) * d]);
+            }
+        }
+        self.h = h;
+        self.pre_mix = (0..s * hc)
+            .map(|i| if i % hc == 0 { 1.0 } else { 0.0 })
+            .collect();
+        Ok(())
+    }
+
+    fn step_engram(
+        &mut self,
+        step: Step,
+        l: usize,
+        out: &mut Vec<Capture>,
+    ) -> Result<(), BackendError> {
+        let (s, d, hc) = (self.s(), self.cfg.dim, self.cfg.hc_mult);
+        let ecfg = self
+            .cfg
+            .engram
+            .clone()
+            .ok_or_else(|| invalid(step, "no engram config"))?;
+        let li = ecfg
+            .layer_ids
+            .iter()
+            .position(|&x| x == l)
+            .ok_or_else(|| invalid(step, "not an engram layer"))?;
+        let cols = ecfg.n_hash_cols();
+        let hd = ecfg.head_dim;
+        let rows_n = ecfg.num_embeddings[li];
+        let n_eng = ecfg.layer_ids.len();
+        if self.hashes.len() != s * n_eng * cols {
+            return Err(invalid(step, "EngramHash must run before Engram"));
+        }
+        out.push(Capture::f32(
+            format!("L{l}.engram_in"),
+            vec![1, s, hc, d],
+            CaptureDtype::Bf16,
+            self.h.clone(),
+        ));
+        let ids: Vec<i64> = (0..s)
+            .flat_map(|t| {
+                self.hashes[(t * n_eng + li) * cols..(t * n_eng + li + 1) * cols].to_vec()
+            })
+            .collect();
+        out.push(Capture::int(
+            format!("L{l}.engram_hash_ids"),
+            vec![1, s, cols],
+            ids.clone(),
+        ));
+        let pre = format!("layers.{l}.engram");
+        let n_blocks = hd / 32;
+        let rows: Vec<usize> = ids
+            .iter()
+            .map(|&i| {
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&r| r < rows_n)
+                    .ok_or_else(|| {
+                        invalid(
+                            step,
+                            format!("hash id {i} outside the table ({rows_n} rows)"),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        for (name, shape) in [
+            (format!("{pre}.embed.weight"), vec![rows_n, hd]),
+            (format!("{pre}.embed.scale"), vec![rows_n, n_blocks]),
+        ] {
+            let found = self.weights.shape(&name);
+            if found.as_deref() != Some(&shape[..]) {
+                return Err(invalid(
+                    step,
+                    format!("{name}: expected {shape:?}, found {found:?}"),
+                ));
+            }
+        }
+        let werr = |source| BackendError::Weight {
+            step: step.to_string(),
+            source,
+        };
+        let table = self
+            .weights
+            .rows(&format!("{pre}.embed.weight"), &rows)
+            .map_err(werr)?;
+        let scales = self
+            .weights
+            .rows(&format!("{pre}.embed.scale"), &rows)
+            .map_err(werr)?;
+        let emb: Vec<f32> = table
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| bf16_round(v * scales[(i / hd) * n_blocks + (i % hd) / 32]))
+            .collect();
+        out.push(Capture::f32(
+            format!("L{l}.engram_embed"),
+            vec![1, s, cols, hd],
+            CaptureDtype::Bf16,
+            emb.clone(),
+        ));
+        let kv_w = (hc + 1) * d;
+        let wkv = self.w(step, &format!("{pre}.wkv.weight"), &[kv_w, cols * hd])?;
+        let kv = gemm_bf16(&emb, s, cols * hd, &wkv, kv_w);
+        out.push(Capture::f32(
+            format!("L{l}.engram_kv"),
+            vec![1, s, kv_w],
+            CaptureDtype::Bf16,
+            kv.clone(),
+        ));
+        let qw = self.w(step, &format!("{pre}.q_weight"), &[hc, d])?;
+        let kw = self.w(step, &format!("{pre}.k_weight"), &[hc, d])?;
+        let eps = self.cfg.norm_eps;
+        let inv_sqrt_d = (d as f64).powf(-0.5) as f32;
+        let mut new_h = vec![0f32; s * hc * d];
+        for t in 0..s {
+            let value = &kv[t * kv_w + hc * d..(t + 1) * kv_w];
+            for c in 0..hc {
+                let hrow = &self.h[(t * hc + c) * d..(t * hc + c + 1) * d];
+                let key = &kv[t * kv_w + c * d..t * kv_w + (c + 1) * d];
+                let rstd = rsqrt(mean_sq(hrow) + eps) * rsqrt(mean_sq(key) + eps);
+                let mut acc = 0f64;
+                for i in 0..d {
+                    let wgt = qw[c * d + i] * kw[c * d + i];
+                    acc += (hrow[i] * wgt * key[i]) as f64;
+                }
+                let dot = (acc as f32) * rstd * inv_sqrt_d;
+                let mag = dot.abs().max(1e-6).sqrt();
+                let gate = sigmoid(mag.copysign(dot));
+                for i in 0..d {
+                    new_h[(t * hc + c) * d + i] = bf16_round(hrow[i] + gate * value[i]);
+                }
+            }
+        }
+        out.push(Capture::f32(
+            format!("L{l}.engram_out"),
+            vec![1, s, hc, d],
+            CaptureDtype::Bf16,
+            new_h.clone(),
+        ));
+        self.h = new_h;
+        Ok(())
+    }
+
+    fn step_block(
+        &mut self,
+        step: Step,
+        l: usize,
+        out: &mut Vec<Capture>,
+    ) -> Result<(), BackendError> {
+        let cfg = self.cfg.clone();
+        let (s, d, hc) = (self.s(), cfg.dim, cfg.hc_mult);
+        if self.h.len() != s * hc * d {
+            return Err(invalid(
+                step,
+                "the stream is not initialised (run Embed first)",
+            ));
+        }
+        let p = format!("layers.{l}");
+        let cap = |n: &str| format!("L{l}.{n}");
+        out.push(Capture::f32(
+            cap("h_in"),
+            vec![1, s, hc, d],
+            CaptureDtype::Bf16,
+            self.h.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("pre_mix_in"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            self.pre_mix.clone(),
+        ));
+        let mix = cfg.mix_hc();
+        let hc_fn = |me: &Self, site: &str| -> Result<_, BackendError> {
+            Ok((
+                me.w(step, &format!("{p}.hc_{site}_fn"), &[mix, hc * d])?,
+                me.w(step, &format!("{p}.hc_{site}_scale"), &[3])?,
+                me.w(step, &format!("{p}.hc_{site}_base"), &[mix])?,
+            ))
+        };
+        let (afn, ascale, abase) = hc_fn(self, "attn")?;
+        let am = hc::hc_mixes(
+            &self.h,
+            hc,
+            d,
+            &afn,
+            &ascale,
+            &abase,
+            cfg.norm_eps,
+            cfg.hc_eps,
+            cfg.hc_sinkhorn_iters,
+        );
+        out.push(Capture::f32(
+            cap("attn_pre"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            am.pre.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("attn_post"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            am.post.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("attn_comb"),
+            vec![1, s, hc, hc],
+            CaptureDtype::F32,
+            am.comb.clone(),
+        ));
+        let attn_norm = self.w(step, &format!("{p}.attn_norm.weight"), &[d])?;
+        let a_in = rmsnorm(
+            &hc::hc_pre(&self.h, &self.pre_mix, hc, d),
+            &attn_norm,
+            cfg.norm_eps,
+        );
+        out.push(Capture::f32(
+            cap("attn_in"),
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            a_in.clone(),
+        ));
+        let a_out = self.attention(step, l, &a_in, out)?;
+        out.push(Capture::f32(
+            cap("attn_out"),
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            a_out.clone(),
+        ));
+        let h1 = hc::hc_post(&a_out, &self.h, &am.post, &am.comb, hc, d);
+        let (ffn_fn, fscale, fbase) = hc_fn(self, "ffn")?;
+        let fm = hc::hc_mixes(
+            &h1,
+            hc,
+            d,
+            &ffn_fn,
+            &fscale,
+            &fbase,
+            cfg.norm_eps,
+            cfg.hc_eps,
+            cfg.hc_sinkhorn_iters,
+        );
+        out.push(Capture::f32(
+            cap("ffn_pre"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            fm.pre.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("ffn_post"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            fm.post.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("ffn_comb"),
+            vec![1, s, hc, hc],
+            CaptureDtype::F32,
+            fm.comb.clone(),
+        ));
+        let ffn_norm = self.w(step, &format!("{p}.ffn_norm.weight"), &[d])?;
+        let f_in = rmsnorm(&hc::hc_pre(&h1, &am.pre, hc, d), &ffn_norm, cfg.norm_eps);
+        out.push(Capture::f32(
+            cap("ffn_in"),
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            f_in.clone(),
+        ));
+        let f_out = self.moe(step, l, &f_in, out)?;
+        out.push(Capture::f32(
+            cap("ffn_out"),
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            f_out.clone(),
+        ));
+        let h2 = hc::hc_post(&f_out, &h1, &fm.post, &fm.comb, hc, d);
+        out.push(Capture::f32(
+            cap("h_out"),
+            vec![1, s, hc, d],
+            CaptureDtype::Bf16,
+            h2.clone(),
+        ));
+        out.push(Capture::f32(
+            cap("pre_mix_out"),
+            vec![1, s, hc],
+            CaptureDtype::F32,
+            fm.pre.clone(),
+        ));
+        self.h = h2;
+        self.pre_mix = fm.pre;
+        if cfg.is_shared_capture_layer(l) {
+            self.capture_shared(l, out);
+        }
+        Ok(())
+    }
+
+    fn capture_shared(&self, l: usize, out: &mut Vec<Capture>) {
+        let s = self.s();
+        let ratio = self.cfg.compress_ratios[l].max(1);
+        let used = (self.sp + s) / ratio;
+        let sh = &self.state.shared;
+        if let Some(owner) = sh.compress_kv {
+            let c = &self.state.layers[owner].compress_kv;
+            out.push(Capture::f32(
+                format!("shared.L{l}.compress_kv"),
+                vec![1, used, c.width],
+                CaptureDtype::Bf16,
+                c.head(used),
+            ));
+        }
+        if let Some(owner) = sh.index_k {
+            let c = &self.state.layers[owner].k_cache;
+            out.push(Capture::f32(
+                format!("shared.L{l}.index_k"),
+                vec![1, used, c.width],
+                CaptureDtype::Bf16,
+                c.head(used),
+            ));
+        }
+        if let Some((rows, k, v)) = &sh.topk_idxs {
+            out.push(Capture::int(
+                format!("shared.L{l}.topk_idxs"),
+                vec![1, *rows, *k],
+                v.clone(),
+            ));
+        }
+        if let Some((rows, w, m)) = &sh.candidates {
+            out.push(Capture::int(
+                format!("shared.L{l}.candidates"),
+                vec![1, *rows, *w],
+                m.iter().map(|&b| b as i64).collect(),
+            ));
+        }
+    }
+
+    fn moe(
+        &mut self,
+        step: Step,
+        l: usize,
+        x: &[f32],
+        out: &mut Vec<Capture>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let cfg = &self.cfg;
+        let (d, e, k, inter) = (
+            cfg.dim,
+            cfg.n_routed_experts,
+            cfg.n_activated_experts,
+            cfg.moe_inter_dim,
+        );
+        let s = x.len() / d;
+        let p = format!("layers.{l}.ffn");
+        let gate_w = self.w(step, &format!("{p}.gate.weight"), &[e, d])?;
+        let bias = self.w(step, &format!("{p}.gate.bias"), &[e])?;
+        let scores = moe::gate_scores(cfg, x, &gate_w);
+        let pinned = self
+            .pins
+            .moe_indices
+            .get(&l)
+            .filter(|v| v.len() == s * k)
+            .map(|v| v.as_slice());
+        let routing = moe::route(cfg, &scores, &bias, pinned);
+        out.push(Capture::f32(
+            format!("L{l}.moe_weights"),
+            vec![s, k],
+            CaptureDtype::F32,
+            routing.weights.clone(),
+        ));
+        out.push(Capture::int(
+            format!("L{l}.moe_indices"),
+            vec![s, k],
+            routing.indices.clone(),
+        ));
+        let mut y = vec![0f32; s * d];
+        for ex in 0..e {
+            let mut rows = Vec::new();
+            let mut wts = Vec::new();
+            for t in 0..s {
+                for j in 0..k {
+                    if routing.indices[t * k + j] == ex as i64 {
+                        rows.push(t);
+                        wts.push(routing.weights[t * k + j]);
+                    }
+                }
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let xe: Vec<f32> = rows
+                .iter()
+                .flat_map(|&t| x[t * d..(t + 1) * d].to_vec())
+                .collect();
+            let ep = format!("{p}.experts.{ex}");
+            let w1 = self.w(step, &format!("{ep}.w1.weight"), &[inter, d])?;
+            let w2 = self.w(step, &format!("{ep}.w2.weight"), &[d, inter])?;
+            let w3 = self.w(step, &format!("{ep}.w3.weight"), &[inter, d])?;
+            let ye = moe::expert(cfg, &xe, &w1, &w2, &w3, Some(&wts));
+            for (r, &t) in rows.iter().enumerate() {
+                for i in 0..d {
+                    y[t * d + i] += ye[r * d + i];
+                }
+            }
+        }
+        let sp = format!("{p}.shared_experts");
+        let w1 = self.w(step, &format!("{sp}.w1.weight"), &[inter, d])?;
+        let w2 = self.w(step, &format!("{sp}.w2.weight"), &[d, inter])?;
+        let w3 = self.w(step, &format!("{sp}.w3.weight"), &[inter, d])?;
+        let ys = moe::expert(cfg, x, &w1, &w2, &w3, None);
+        Ok(y.iter().zip(&ys).map(|(a, b)| bf16_round(a + b)).collect())
+    }
+
+    fn step_final(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {
+        let (s, d, hc, v) = (
+            self.s(),
+            self.cfg.dim,
+            self.cfg.hc_mult,
+            self.cfg.vocab_size,
+        );
+        if self.h.len() != s * hc * d {
+            return Err(invalid(step, "the stream is not initialised"));
+        }
+        let hf = hc::hc_pre(&self.h, &self.pre_mix, hc, d);
+        out.push(Capture::f32(
+            "h_final",
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            hf.clone(),
+        ));
+        let norm = self.w(step, "norm.weight", &[d])?;
+        let head_in = rmsnorm(&hf, &norm, self.cfg.norm_eps);
+        out.push(Capture::f32(
+            "head_in",
+            vec![1, s, d],
+            CaptureDtype::Bf16,
+            head_in.clone(),
+        ));
+        let head = self.w(step, "head.weight", &[v, d])?;
+        let logits = gemm_f32(&head_in, s, d, &head, v);
+        out.push(Capture::f32(
+            "logits_full",
+            vec![1, s, v],
+            CaptureDtype::F32,
+            logits,
+        ));
+        Ok(())
+    }
+}
+
+impl Backend for Oracle {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
+        let step = Step::EngramHash;
+        if ids.is_empty() {
+            return Err(invalid(step, "a forward needs at least one token"));
+        }
+        if start_pos > 0 && ids.len() != 1 {
+            return Err(invalid(
+                step,
+                "the reference decodes one token at a time after the first chunk",
+            ));
+        }
+        if start_pos + ids.len() > self.cfg.max_seq_len {
+            return Err(invalid(
+                step,
+                format!(
+                    "positions up to {} exceed max_seq_len {}",
+                    start_pos + ids.len(),
+                    self.cfg.max_seq_len
+                ),
+            ));
+        }
+        self.ids = ids.to_vec();
+        self.sp = start_pos;
+        self.hashes.clear();
+        self.h.clear();
+        self.pre_mix.clear();
+        Ok(())
+    }
+
+    fn steps(&self) -> Vec<Step> {
+        let eng = self
+            .cfg
+            .engram
+            .as_ref()
+            .map(|e| e.layer_ids.clone())
+            .unwrap_or_default();
+        Step::sequence(self.cfg.n_layers, &eng)
+    }
+
+    fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        match step {
+            Step::EngramHash => self.step_engram_hash(step, sink),
+            Step::Embed => self.step_embed(step, sink),
+            Step::Engram(l) => self.step_engram(step, l, sink),
+            Step::Block(l) if l < self.cfg.n_layers => self.step_block(step, l, sink),
+            Step::Block(l) => Err(invalid(step, format!("layer {l} does not exist"))),
+            Step::Final => self.step_final(step, sink),
+        }
+    }
+
+    fn seed(
+        &mut self,
+        step: Step,
+        reference: &dyn SeedTensors,
+    ) -> Result<Vec<String>, BackendError> {
+        self.seed_step(step, reference)
+    }
+}

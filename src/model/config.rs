@@ -1,0 +1,372 @@
+//! `ModelConfig`: every size, ratio, source-layer list, window, top-k, hc and engram parameter
+//! of a V4.1 graph. Built from a golden's fixture (and from GGUF metadata in `gguf`). Nothing in
+//! the backends assumes the tiny geometry; everything reads this.
+
+use crate::golden::Fixture;
+
+/// A config that cannot drive the graph, with the field at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("model config: field `{field}`: {msg}")]
+pub struct ConfigError {
+    pub field: String,
+    pub msg: String,
+}
+
+fn bad(field: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.to_string(),
+        msg: msg.into(),
+    }
+}
+
+/// MoE gate score function (`ModelArgs.score_func`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreFunc {
+    Softmax,
+    Sigmoid,
+    SqrtSoftplus,
+}
+
+/// Engram geometry (tables themselves live in `EngramTables` and the weight source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngramConfig {
+    pub layer_ids: Vec<usize>,
+    pub max_ngram_size: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub compressed_vocab_size: usize,
+    pub pad_id: i64,
+    pub num_embeddings: Vec<usize>,
+}
+
+impl EngramConfig {
+    /// Hash columns per engram layer: `(max_ngram - 1) * n_heads`.
+    pub fn n_hash_cols(&self) -> usize {
+        self.max_ngram_size.saturating_sub(1) * self.n_heads
+    }
+}
+
+/// What one layer does in the shared compressed-attention scheme (spec §12.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerRole {
+    pub ratio: usize,
+    pub kv_source: bool,
+    pub index_source: bool,
+    pub candidate_source: bool,
+    pub candidate_consumer: bool,
+    /// Index of this layer in the engram layer list, if it carries an engram.
+    pub engram_index: Option<usize>,
+}
+
+/// The geometry and constants of one V4.1 graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub vocab_size: usize,
+    pub dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub rope_head_dim: usize,
+    pub q_lora_rank: usize,
+    pub o_lora_rank: usize,
+    pub o_groups: usize,
+    pub moe_inter_dim: usize,
+    pub n_routed_experts: usize,
+    pub n_activated_experts: usize,
+    pub score_func: ScoreFunc,
+    pub route_scale: f32,
+    pub norm_topk_prob: bool,
+    pub swiglu_limit: f32,
+    pub window_size: usize,
+    pub compress_ratios: Vec<usize>,
+    pub kv_source_layers: Vec<usize>,
+    pub index_source_layers: Vec<usize>,
+    pub candidate_source_layer: Option<usize>,
+    pub candidate_topk_blocks: usize,
+    pub candidate_block_size: usize,
+    pub index_n_heads: usize,
+    pub index_head_dim: usize,
+    pub index_topk: usize,
+    pub hc_mult: usize,
+    pub hc_sinkhorn_iters: usize,
+    pub hc_eps: f32,
+    pub engram: Option<EngramConfig>,
+    pub rope_theta: f64,
+    pub compress_rope_theta: f64,
+    pub rope_factor: f64,
+    pub original_seq_len: usize,
+    pub beta_fast: f64,
+    pub beta_slow: f64,
+    pub norm_eps: f32,
+    pub gate_temp: f32,
+    pub max_seq_len: usize,
+}
+
+impl ModelConfig {
+    /// Build and validate the config of a golden's fixture.
+    pub fn from_fixture(f: &Fixture) -> Result<ModelConfig, ConfigError> {
+        let score_func = match f.score_func.as_str() {
+            "softmax" => ScoreFunc::Softmax,
+            "sigmoid" => ScoreFunc::Sigmoid,
+            "sqrtsoftplus" => ScoreFunc::SqrtSoftplus,
+            other => {
+                return Err(bad(
+                    "score_func",
+                    format!("expected softmax, sigmoid or sqrtsoftplus, got {other:?}"),
+                ))
+            }
+        };
+        let candidate_source_layer = if f.candidate_source_layer < 0 {
+            None
+        } else {
+            Some(f.candidate_source_layer as usize)
+        };
+        let engram = if f.engram_layer_ids.is_empty() {
+            None
+        } else {
+            Some(EngramConfig {
+                layer_ids: f.engram_layer_ids.clone(),
+                max_ngram_size: f.engram_max_ngram_size,
+                n_heads: f.engram_n_heads,
+                head_dim: f.engram_head_dim,
+                vocab_size: f.engram_vocab_size,
+                compressed_vocab_size: f.engram_compressed_vocab_size,
+                pad_id: f.engram_pad_id,
+                num_embeddings: f.engram_num_embeddings.clone(),
+            })
+        };
+        if f.n_shared_experts != 1 {
+            return Err(bad(
+                "n_shared_experts",
+                format!("the reference asserts 1, got {}", f.n_shared_experts),
+            ));
+        }
+        let cfg = ModelConfig {
+            vocab_size: f.vocab_size,
+            dim: f.dim,
+            n_layers: f.n_layers,
+            n_heads: f.n_heads,
+            head_dim: f.head_dim,
+            rope_head_dim: f.rope_head_dim,
+            q_lora_rank: f.q_lora_rank,
+            o_lora_rank: f.o_lora_rank,
+            o_groups: f.o_groups,
+            moe_inter_dim: f.moe_inter_dim,
+            n_routed_experts: f.n_routed_experts,
+            n_activated_experts: f.n_activated_experts,
+            score_func,
+            route_scale: f.route_scale as f32,
+            norm_topk_prob: f.norm_topk_prob,
+            swiglu_limit: f.swiglu_limit as f32,
+            window_size: f.window_size,
+            compress_ratios: f.compress_ratios.clone(),
+            kv_source_layers: f.kv_source_layers.clone(),
+            index_source_layers: f.index_source_layers.clone(),
+            candidate_source_layer,
+            candidate_topk_blocks: f.candidate_topk_blocks,
+            candidate_block_size: f.candidate_block_size,
+            index_n_heads: f.index_n_heads,
+            index_head_dim: f.index_head_dim,
+            index_topk: f.index_topk,
+            hc_mult: f.hc_mult,
+            hc_sinkhorn_iters: f.hc_sinkhorn_iters,
+            hc_eps: f.hc_eps as f32,
+            engram,
+            rope_theta: f.rope_theta,
+            compress_rope_theta: f.compress_rope_theta,
+            rope_factor: f.rope_factor,
+            original_seq_len: f.original_seq_len,
+            beta_fast: f.beta_fast,
+            beta_slow: f.beta_slow,
+            norm_eps: f.norm_eps as f32,
+            gate_temp: f.gate_temp as f32,
+            max_seq_len: f.max_seq_len,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check the relations the graph relies on, so a hostile or odd config fails here and not
+    /// with an out-of-bounds index deep inside a step.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let pos = |field: &str, v: usize| {
+            if v == 0 {
+                Err(bad(field, "must be > 0"))
+            } else {
+                Ok(())
+            }
+        };
+        pos("vocab_size", self.vocab_size)?;
+        pos("dim", self.dim)?;
+        pos("n_layers", self.n_layers)?;
+        pos("n_heads", self.n_heads)?;
+        pos("head_dim", self.head_dim)?;
+        pos("q_lora_rank", self.q_lora_rank)?;
+        pos("o_lora_rank", self.o_lora_rank)?;
+        pos("o_groups", self.o_groups)?;
+        pos("moe_inter_dim", self.moe_inter_dim)?;
+        pos("n_routed_experts", self.n_routed_experts)?;
+        pos("n_activated_experts", self.n_activated_experts)?;
+        pos("window_size", self.window_size)?;
+        pos("hc_mult", self.hc_mult)?;
+        pos("hc_sinkhorn_iters", self.hc_sinkhorn_iters)?;
+        pos("max_seq_len", self.max_seq_len)?;
+        if self.rope_head_dim % 2 != 0 || self.rope_head_dim > self.head_dim {
+            return Err(bad("rope_head_dim", "must be even and at most head_dim"));
+        }
+        if self.head_dim % 32 != 0 {
+            return Err(bad(
+                "head_dim",
+                "must be a multiple of 32 (fp8 act_quant block)",
+            ));
+        }
+        if self.n_heads % self.o_groups != 0 {
+            return Err(bad("o_groups", "must divide n_heads"));
+        }
+        if self.n_activated_experts > self.n_routed_experts {
+            return Err(bad(
+                "n_activated_experts",
+                "must be at most n_routed_experts",
+            ));
+        }
+        if self.compress_ratios.len() < self.n_layers {
+            return Err(bad(
+                "compress_ratios",
+                format!(
+                    "needs one entry per layer ({}), got {}",
+                    self.n_layers,
+                    self.compress_ratios.len()
+                ),
+            ));
+        }
+        for (field, list) in [
+            ("kv_source_layers", &self.kv_source_layers),
+            ("index_source_layers", &self.index_source_layers),
+        ] {
+            for &l in list {
+                if l >= self.n_layers {
+                    return Err(bad(
+                        field,
+                        format!("layer {l} is not below n_layers {}", self.n_layers),
+                    ));
+                }
+                if self.compress_ratios[l] == 0 {
+                    return Err(bad(field, format!("layer {l} has compress ratio 0")));
+                }
+            }
+        }
+        for l in 0..self.n_layers {
+            let r = self.compress_ratios[l];
+            if r > 0 && self.max_seq_len % r != 0 {
+                return Err(bad(
+                    "compress_ratios",
+                    format!("layer {l}: ratio {r} must divide max_seq_len"),
+                ));
+            }
+            if r > 0 && !self.kv_source_layers.contains(&l) {
+                // A consumer reads the shared slots; some earlier kv source must exist.
+                if !self.kv_source_layers.iter().any(|&s| s < l) {
+                    return Err(bad(
+                        "kv_source_layers",
+                        format!("layer {l} (ratio {r}) has no earlier kv source"),
+                    ));
+                }
+            }
+            if r > 0
+                && !self.index_source_layers.contains(&l)
+                && !self.index_source_layers.iter().any(|&s| s < l)
+            {
+                return Err(bad(
+                    "index_source_layers",
+                    format!("layer {l} (ratio {r}) has no earlier index source"),
+                ));
+            }
+        }
+        for &l in &self.index_source_layers {
+            if !self.kv_source_layers.contains(&l) && !self.kv_source_layers.iter().any(|&s| s < l)
+            {
+                return Err(bad(
+                    "index_source_layers",
+                    format!("layer {l} needs index keys from an earlier kv source"),
+                ));
+            }
+        }
+        if let Some(c) = self.candidate_source_layer {
+            if c >= self.n_layers || !self.index_source_layers.contains(&c) {
+                return Err(bad(
+                    "candidate_source_layer",
+                    format!("layer {c} must be an index source"),
+                ));
+            }
+            pos("candidate_topk_blocks", self.candidate_topk_blocks)?;
+            pos("candidate_block_size", self.candidate_block_size)?;
+        }
+        if !self.index_source_layers.is_empty() {
+            pos("index_n_heads", self.index_n_heads)?;
+            pos("index_topk", self.index_topk)?;
+            if self.index_head_dim % 32 != 0 || self.index_head_dim < self.rope_head_dim {
+                return Err(bad(
+                    "index_head_dim",
+                    "must be a multiple of 32 and at least rope_head_dim",
+                ));
+            }
+        }
+        if let Some(e) = &self.engram {
+            if e.max_ngram_size < 2 {
+                return Err(bad("engram_max_ngram_size", "must be at least 2"));
+            }
+            pos("engram_n_heads", e.n_heads)?;
+            if e.head_dim == 0 || e.head_dim % 32 != 0 {
+                return Err(bad(
+                    "engram_head_dim",
+                    "must be a positive multiple of 32 (fp8 scale block)",
+                ));
+            }
+            if e.num_embeddings.len() != e.layer_ids.len() {
+                return Err(bad(
+                    "engram_num_embeddings",
+                    "needs one entry per engram layer",
+                ));
+            }
+            for &l in &e.layer_ids {
+                if l >= self.n_layers {
+                    return Err(bad(
+                        "engram_layer_ids",
+                        format!("layer {l} is not below n_layers"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Role of layer `l` in the shared compressed-attention scheme.
+    pub fn role(&self, l: usize) -> LayerRole {
+        let ratio = self.compress_ratios.get(l).copied().unwrap_or(0);
+        let candidate_source = self.candidate_source_layer == Some(l);
+        LayerRole {
+            ratio,
+            kv_source: self.kv_source_layers.contains(&l),
+            index_source: self.index_source_layers.contains(&l),
+            candidate_source,
+            candidate_consumer: matches!(self.candidate_source_layer, Some(c) if c < l),
+            engram_index: self
+                .engram
+                .as_ref()
+                .and_then(|e| e.layer_ids.iter().position(|&x| x == l)),
+        }
+    }
+
+    /// Layers after whose block the shared slots are captured: the union of kv, index and
+    /// candidate sources (spec §16.1).
+    pub fn is_shared_capture_layer(&self, l: usize) -> bool {
+        let r = self.role(l);
+        r.kv_source || r.index_source || r.candidate_source
+    }
+
+    /// Width of the hc mix vector: `(2 + hc) * hc`.
+    pub fn mix_hc(&self) -> usize {
+        (2 + self.hc_mult) * self.hc_mult
+    }
+}

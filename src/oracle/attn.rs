@@ -1,0 +1,539 @@
+//! Attention (spec §11) and the shared compressed branch: Compressor, Indexer, candidate blocks
+//! (spec §12), with the shared slots' pointer semantics.
+
+use super::ops::{dot_f64, gemm_bf16, gemm_f32, rmsnorm, softmax_in_place};
+use super::{invalid, Oracle};
+use crate::model::{BackendError, Capture, CaptureDtype, Step};
+use crate::num::{
+    act_quant_fp8_block32, bf16_round, fp4_e4m3_block16_round_trip, fp4_e8m0_block32_round_trip,
+    torch_cpu_topk_set,
+};
+
+/// Window index rows (spec §11.3): prefill `[s, min(s, win)]`, decode `[1, win]` oldest first.
+pub fn window_idxs(win: usize, s: usize, sp: usize) -> (usize, Vec<i64>) {
+    if sp == 0 {
+        let w = s.min(win);
+        let mut v = Vec::with_capacity(s * w);
+        for t in 0..s {
+            let first = (t + 1).saturating_sub(win);
+            for c in 0..w {
+                let j = first + c;
+                v.push(if j > t { -1 } else { j as i64 });
+            }
+        }
+        (w, v)
+    } else {
+        let oldest = sp % win + 1;
+        let v = (oldest..win)
+            .chain(0..oldest)
+            .map(|j| if j > sp { -1 } else { j as i64 })
+            .collect();
+        (win, v)
+    }
+}
+
+/// `select_candidate_blocks` (spec §12.5) for score rows `[rows, w]` with per-row visible
+/// lengths; returns the `[rows, w]` keep mask.
+pub fn select_candidate_blocks(
+    score: &[f32],
+    w: usize,
+    clen: &[usize],
+    topk_blocks: usize,
+    block: usize,
+) -> Vec<bool> {
+    let rows = if w == 0 { 0 } else { score.len() / w };
+    let nb = w.div_ceil(block);
+    let mut mask = vec![false; rows * w];
+    for r in 0..rows {
+        let row = &score[r * w..(r + 1) * w];
+        let mut bs: Vec<f32> = (0..nb)
+            .map(|b| {
+                row[b * block..((b + 1) * block).min(w)]
+                    .iter()
+                    .copied()
+                    .fold(f32::NEG_INFINITY, f32::max)
+            })
+            .collect();
+        if clen[r] > 0 {
+            let last = (clen[r] - 1) / block;
+            if last < nb {
+                bs[last] = f32::INFINITY;
+            }
+        }
+        let picks = torch_cpu_topk_set(&bs, topk_blocks.min(nb));
+        for b in picks {
+            if bs[b] > f32::NEG_INFINITY {
+                for p in b * block..((b + 1) * block).min(w) {
+                    mask[r * w + p] = true;
+                }
+            }
+        }
+    }
+    mask
+}
+
+/// `sparse_attn` with shim semantics (spec §11.5): q `[s, h, hd]`, kv `[n, hd]`, idx `[s, w]`.
+pub fn sparse_attn(
+    q: &[f32],
+    kv: &[f32],
+    sink: &[f32],
+    idx: &[i64],
+    n_heads: usize,
+    hd: usize,
+    w: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let s = q.len() / (n_heads * hd);
+    let mut o = vec![0f32; q.len()];
+    for t in 0..s {
+        let row = &idx[t * w..(t + 1) * w];
+        for h in 0..n_heads {
+            let qv = &q[(t * n_heads + h) * hd..(t * n_heads + h + 1) * hd];
+            let mut z: Vec<f32> = row
+                .iter()
+                .map(|&j| {
+                    if j < 0 {
+                        f32::NEG_INFINITY
+                    } else {
+                        dot_f64(qv, &kv[j as usize * hd..(j as usize + 1) * hd]) * scale
+                    }
+                })
+                .collect();
+            z.push(sink[h]);
+            softmax_in_place(&mut z);
+            for d in 0..hd {
+                let mut acc = 0f64;
+                for (c, &j) in row.iter().enumerate() {
+                    let p = if z[c].is_nan() { 0.0 } else { z[c] };
+                    if j >= 0 && p != 0.0 {
+                        acc += p as f64 * kv[j as usize * hd + d] as f64;
+                    }
+                }
+                o[(t * n_heads + h) * hd + d] = bf16_round(acc as f32);
+            }
+        }
+    }
+    o
+}
+
+impl Oracle {
+    /// `Attention.forward` for layer `l` on `x [s, dim]`; emits `sa_q`, `sa_kv`, `sa_topk_idxs`,
+    /// `sa_o` and returns the attention output `[s, dim]`.
+    pub(super) fn attention(
+        &mut self,
+        step: Step,
+        l: usize,
+        x: &[f32],
+        out: &mut Vec<Capture>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let cfg = self.cfg.clone();
+        let (s, d, nh, hd) = (self.s(), cfg.dim, cfg.n_heads, cfg.head_dim);
+        let sp = self.sp;
+        let p = format!("layers.{l}.attn");
+        let role = cfg.role(l);
+        let wq_a = self.w(step, &format!("{p}.wq_a.weight"), &[cfg.q_lora_rank, d])?;
+        let q_norm = self.w(step, &format!("{p}.q_norm.weight"), &[cfg.q_lora_rank])?;
+        let qr = rmsnorm(
+            &gemm_bf16(x, s, d, &wq_a, cfg.q_lora_rank),
+            &q_norm,
+            cfg.norm_eps,
+        );
+        let wq_b = self.w(
+            step,
+            &format!("{p}.wq_b.weight"),
+            &[nh * hd, cfg.q_lora_rank],
+        )?;
+        let mut q = gemm_bf16(&qr, s, cfg.q_lora_rank, &wq_b, nh * hd);
+        for t in 0..s {
+            for h in 0..nh {
+                let b = (t * nh + h) * hd;
+                self.rope(l).apply(&mut q[b..b + hd], sp + t, false);
+            }
+        }
+        out.push(Capture::f32(
+            format!("L{l}.sa_q"),
+            vec![1, s, nh, hd],
+            CaptureDtype::Bf16,
+            q.clone(),
+        ));
+        let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
+        let kv_norm = self.w(step, &format!("{p}.kv_norm.weight"), &[hd])?;
+        let mut kv = rmsnorm(&gemm_bf16(x, s, d, &wkv, hd), &kv_norm, cfg.norm_eps);
+        for t in 0..s {
+            self.rope(l)
+                .apply(&mut kv[t * hd..(t + 1) * hd], sp + t, false);
+            act_quant_fp8_block32(&mut kv[t * hd..(t + 1) * hd]);
+        }
+        let win = cfg.window_size;
+        let ring = &mut self.state.layers[l].win;
+        let window_kv = if sp == 0 {
+            if s <= win {
+                ring[..s * hd].copy_from_slice(&kv);
+            } else {
+                // win[p % win] holds the row of token p for the last `win` tokens.
+                for t in s - win..s {
+                    let slot = t % win;
+                    ring[slot * hd..(slot + 1) * hd].copy_from_slice(&kv[t * hd..(t + 1) * hd]);
+                }
+            }
+            kv
+        } else {
+            let slot = sp % win;
+            ring[slot * hd..(slot + 1) * hd].copy_from_slice(&kv);
+            ring.clone()
+        };
+        let (ww, widx) = window_idxs(win, s, sp);
+        let offset = window_kv.len() / hd;
+        let (kv_all, idx_w, idx) = if role.ratio > 0 {
+            let (ckv, cw, cidx) = self.compress_branch(step, l, x, &qr, offset)?;
+            let mut all = window_kv;
+            all.extend_from_slice(&ckv);
+            let w = ww + cw;
+            let mut idx = Vec::with_capacity(s * w);
+            for t in 0..s {
+                let wrow = if sp == 0 {
+                    &widx[t * ww..(t + 1) * ww]
+                } else {
+                    &widx[..]
+                };
+                idx.extend_from_slice(wrow);
+                idx.extend_from_slice(&cidx[t * cw..(t + 1) * cw]);
+            }
+            (all, w, idx)
+        } else {
+            let idx = if sp == 0 { widx } else { widx.repeat(s) };
+            (window_kv, ww, idx)
+        };
+        let n_rows = kv_all.len() / hd;
+        if let Some(&bad) = idx.iter().find(|&&j| j >= n_rows as i64) {
+            return Err(invalid(
+                step,
+                format!("attention index {bad} beyond the {n_rows} kv rows"),
+            ));
+        }
+        out.push(Capture::f32(
+            format!("L{l}.sa_kv"),
+            vec![1, n_rows, hd],
+            CaptureDtype::Bf16,
+            kv_all.clone(),
+        ));
+        out.push(Capture::int(
+            format!("L{l}.sa_topk_idxs"),
+            vec![1, s, idx_w],
+            idx.clone(),
+        ));
+        let sink = self.w(step, &format!("{p}.attn_sink"), &[nh])?;
+        let scale = (hd as f64).powf(-0.5) as f32;
+        let mut o = sparse_attn(&q, &kv_all, &sink, &idx, nh, hd, idx_w, scale);
+        out.push(Capture::f32(
+            format!("L{l}.sa_o"),
+            vec![1, s, nh, hd],
+            CaptureDtype::Bf16,
+            o.clone(),
+        ));
+        for t in 0..s {
+            for h in 0..nh {
+                let b = (t * nh + h) * hd;
+                self.rope(l).apply(&mut o[b..b + hd], sp + t, true);
+            }
+        }
+        let g = cfg.o_groups;
+        let gd = nh * hd / g;
+        let olr = cfg.o_lora_rank;
+        let wo_a = self.w(step, &format!("{p}.wo_a.weight"), &[g * olr, gd])?;
+        let mut u = vec![0f32; s * g * olr];
+        for t in 0..s {
+            for gi in 0..g {
+                let ov = &o[t * nh * hd + gi * gd..t * nh * hd + (gi + 1) * gd];
+                for r in 0..olr {
+                    let row = &wo_a[(gi * olr + r) * gd..(gi * olr + r + 1) * gd];
+                    u[(t * g + gi) * olr + r] = bf16_round(dot_f64(ov, row));
+                }
+            }
+        }
+        let wo_b = self.w(step, &format!("{p}.wo_b.weight"), &[d, g * olr])?;
+        Ok(gemm_bf16(&u, s, g * olr, &wo_b, d))
+    }
+
+    /// `_compress_kv`: returns the compressed rows to append (`[compress_len, hd]`), the width of
+    /// the compressed index part and the `[s, width]` compressed indices.
+    fn compress_branch(
+        &mut self,
+        step: Step,
+        l: usize,
+        x: &[f32],
+        qr: &[f32],
+        offset: usize,
+    ) -> Result<(Vec<f32>, usize, Vec<i64>), BackendError> {
+        let cfg = self.cfg.clone();
+        let role = cfg.role(l);
+        let (s, hd, sp) = (self.s(), cfg.head_dim, self.sp);
+        let r = role.ratio;
+        let end = sp + s;
+        let compress_len = end / r;
+        let mut latent = None;
+        if role.kv_source {
+            latent = self.compressor(step, l, x)?;
+            self.state.shared.compress_kv = Some(l);
+        }
+        let (cw, cidx) = if !role.index_source {
+            let (rows, k, v) =
+                self.state.shared.topk_idxs.clone().ok_or_else(|| {
+                    invalid(step, "no index source has published top-k indices yet")
+                })?;
+            if rows != s {
+                return Err(invalid(
+                    step,
+                    format!("shared top-k has {rows} rows, the chunk has {s}"),
+                ));
+            }
+            (k, v)
+        } else {
+            let (k, v) = if compress_len == 0 {
+                (0, Vec::new())
+            } else if let Some(p) = self.pins.topk_idxs.get(&l).cloned() {
+                let k = cfg.index_topk.min(compress_len);
+                if p.len() != s * k {
+                    return Err(invalid(
+                        step,
+                        format!(
+                            "pinned top-k for layer {l} has {} values, expected {}",
+                            p.len(),
+                            s * k
+                        ),
+                    ));
+                }
+                self.indexer(step, l, x, qr, latent.as_deref(), offset)?;
+                (k, p)
+            } else {
+                self.indexer(step, l, x, qr, latent.as_deref(), offset)?
+            };
+            self.state.shared.topk_idxs = Some((s, k, v.clone()));
+            (k, v)
+        };
+        if let Some(mut lat) = latent {
+            let n_groups = lat.len() / hd;
+            for j in 0..n_groups {
+                let pos = if sp == 0 { j * r } else { sp + 1 - r };
+                let row = &mut lat[j * hd..(j + 1) * hd];
+                self.rope(l).apply(row, pos, false);
+                fp4_e4m3_block16_round_trip(row);
+            }
+            self.state.layers[l].compress_kv.write(sp / r, &lat);
+        }
+        let owner =
+            self.state.shared.compress_kv.ok_or_else(|| {
+                invalid(step, "no kv source has published a compressed cache yet")
+            })?;
+        let ckv = self.state.layers[owner].compress_kv.head(compress_len);
+        if cidx.len() != s * cw {
+            return Err(invalid(
+                step,
+                "compressed index rows do not match the chunk",
+            ));
+        }
+        Ok((ckv, cw, cidx))
+    }
+
+    /// The Compressor: the pre-RoPE latent `[n_groups, hd]`, or None while a group fills.
+    fn compressor(
+        &mut self,
+        step: Step,
+        l: usize,
+        x: &[f32],
+    ) -> Result<Option<Vec<f32>>, BackendError> {
+        let cfg = &self.cfg;
+        let (s, d, hd, sp) = (self.s(), cfg.dim, cfg.head_dim, self.sp);
+        let r = cfg.compress_ratios[l];
+        let p = format!("layers.{l}.attn.compressor");
+        let norm = self.w(step, &format!("{p}.norm.weight"), &[hd])?;
+        if r == 1 {
+            let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
+            return Ok(Some(rmsnorm(
+                &gemm_bf16(x, s, d, &wkv, hd),
+                &norm,
+                cfg.norm_eps,
+            )));
+        }
+        let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
+        let wgate = self.w(step, &format!("{p}.wgate.weight"), &[hd, d])?;
+        let kv = gemm_f32(x, s, d, &wkv, hd);
+        let score = gemm_f32(x, s, d, &wgate, hd);
+        let st = &mut self.state.layers[l];
+        let pooled = if sp == 0 {
+            let rem = s % r;
+            let cut = s - rem;
+            if rem > 0 {
+                st.kv_state[..rem * hd].copy_from_slice(&kv[cut * hd..]);
+                st.score_state[..rem * hd].copy_from_slice(&score[cut * hd..]);
+            }
+            if s < r {
+                return Ok(None);
+            }
+            pool(&kv[..cut * hd], &score[..cut * hd], r, hd)
+        } else {
+            let slot = sp % r;
+            st.kv_state[slot * hd..(slot + 1) * hd].copy_from_slice(&kv);
+            st.score_state[slot * hd..(slot + 1) * hd].copy_from_slice(&score);
+            if (sp + 1) % r != 0 {
+                return Ok(None);
+            }
+            pool(&st.kv_state, &st.score_state, r, hd)
+        };
+        let pooled: Vec<f32> = pooled.into_iter().map(bf16_round).collect();
+        Ok(Some(rmsnorm(&pooled, &norm, cfg.norm_eps)))
+    }
+
+    /// The Indexer: publishes index keys (owners with a latent), scores the visible compressed
+    /// positions, applies the causal and candidate masks and returns `(k, [s, k] indices)`.
+    fn indexer(
+        &mut self,
+        step: Step,
+        l: usize,
+        x: &[f32],
+        qr: &[f32],
+        latent: Option<&[f32]>,
+        offset: usize,
+    ) -> Result<(usize, Vec<i64>), BackendError> {
+        let cfg = self.cfg.clone();
+        let role = cfg.role(l);
+        let (s, d, hd, sp) = (self.s(), cfg.dim, cfg.head_dim, self.sp);
+        let (ih, ihd, r) = (cfg.index_n_heads, cfg.index_head_dim, role.ratio);
+        let end = sp + s;
+        let p = format!("layers.{l}.attn.indexer");
+        if role.kv_source {
+            if let Some(lat) = latent {
+                let wk = self.w(step, &format!("{p}.wk.weight"), &[ihd, hd])?;
+                let k_norm = self.w(step, &format!("{p}.k_norm.weight"), &[ihd])?;
+                let ng = lat.len() / hd;
+                let mut k = rmsnorm(&gemm_bf16(lat, ng, hd, &wk, ihd), &k_norm, cfg.norm_eps);
+                for j in 0..ng {
+                    let pos = if sp == 0 { j * r } else { sp + 1 - r };
+                    let row = &mut k[j * ihd..(j + 1) * ihd];
+                    self.rope(l).apply(row, pos, false);
+                    fp4_e8m0_block32_round_trip(row);
+                }
+                self.state.layers[l].k_cache.write(sp / r, &k);
+                self.state.shared.index_k = Some(l);
+            }
+        }
+        let wq_b = self.w(
+            step,
+            &format!("{p}.wq_b.weight"),
+            &[ih * ihd, cfg.q_lora_rank],
+        )?;
+        let mut q = gemm_bf16(qr, s, cfg.q_lora_rank, &wq_b, ih * ihd);
+        for t in 0..s {
+            for h in 0..ih {
+                let b = (t * ih + h) * ihd;
+                self.rope(l).apply(&mut q[b..b + ihd], sp + t, false);
+                fp4_e8m0_block32_round_trip(&mut q[b..b + ihd]);
+            }
+        }
+        let t_vis = end / r;
+        let owner = self
+            .state
+            .shared
+            .index_k
+            .ok_or_else(|| invalid(step, "no index keys have been published yet"))?;
+        let keys = self.state.layers[owner].k_cache.head(t_vis);
+        if self.state.layers[owner].k_cache.width != ihd {
+            return Err(invalid(
+                step,
+                "index key width does not match index_head_dim",
+            ));
+        }
+        let wp = self.w(step, &format!("{p}.weights_proj.weight"), &[ih, d])?;
+        let wscale = ((ihd as f64).powf(-0.5) * (ih as f64).powf(-0.5)) as f32;
+        let wts: Vec<f32> = gemm_bf16(x, s, d, &wp, ih)
+            .into_iter()
+            .map(|v| bf16_round(v * wscale))
+            .collect();
+        let mut score = vec![0f32; s * t_vis];
+        for t in 0..s {
+            for pp in 0..t_vis {
+                let key = &keys[pp * ihd..(pp + 1) * ihd];
+                let mut acc = 0f64;
+                for h in 0..ih {
+                    let dot =
+                        bf16_round(dot_f64(&q[(t * ih + h) * ihd..(t * ih + h + 1) * ihd], key));
+                    let v = bf16_round(dot.max(0.0) * wts[t * ih + h]);
+                    acc += v as f64;
+                }
+                score[t * t_vis + pp] = bf16_round(acc as f32);
+            }
+        }
+        let clen: Vec<usize> = if sp == 0 {
+            (0..s).map(|t| (t + 1) / r).collect()
+        } else {
+            vec![t_vis; s]
+        };
+        if sp == 0 {
+            for t in 0..s {
+                for pp in clen[t]..t_vis {
+                    score[t * t_vis + pp] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        if role.candidate_source {
+            let m = select_candidate_blocks(
+                &score,
+                t_vis,
+                &clen,
+                cfg.candidate_topk_blocks,
+                cfg.candidate_block_size,
+            );
+            self.state.shared.candidates = Some((s, t_vis, m));
+        } else if role.candidate_consumer {
+            let (rows, w, m) = self
+                .state
+                .shared
+                .candidates
+                .as_ref()
+                .ok_or_else(|| invalid(step, "no candidate mask has been published yet"))?;
+            if *rows != s || *w != t_vis {
+                return Err(invalid(
+                    step,
+                    format!("candidate mask [{rows}, {w}] does not match scores [{s}, {t_vis}]"),
+                ));
+            }
+            for (v, &keep) in score.iter_mut().zip(m.iter()) {
+                if !keep {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let k = cfg.index_topk.min(t_vis);
+        let mut idxs = Vec::with_capacity(s * k);
+        for t in 0..s {
+            let mut set = torch_cpu_topk_set(&score[t * t_vis..(t + 1) * t_vis], k);
+            set.sort_unstable();
+            idxs.extend(set.into_iter().map(|pp| {
+                if pp < clen[t] {
+                    (pp + offset) as i64
+                } else {
+                    -1
+                }
+            }));
+        }
+        Ok((k, idxs))
+    }
+}
+
+/// Softmax-gated pooling of `r` consecutive rows per group, per dimension, in f32.
+fn pool(kv: &[f32], score: &[f32], r: usize, hd: usize) -> Vec<f32> {
+    let groups = kv.len() / (r * hd);
+    let mut out = Vec::with_capacity(groups * hd);
+    for g in 0..groups {
+        for dd in 0..hd {
+            let mut sc: Vec<f32> = (0..r).map(|m| score[(g * r + m) * hd + dd]).collect();
+            softmax_in_place(&mut sc);
+            let mut acc = 0f32;
+            for (m, &pm) in sc.iter().enumerate() {
+                acc += kv[(g * r + m) * hd + dd] * pm;
+            }
+            out.push(acc);
+        }
+    }
+    out
+}
