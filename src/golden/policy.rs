@@ -1,1 +1,162 @@
-//! TO BE IMPLEMENTED
+//! Tolerance policies as named data (spec §17.1). These are the Atlas bars: what a golden
+//! comparison must meet to pass. The comparator also reports a stricter bit-exact verdict,
+//! which is information, not a pass criterion.
+
+use super::names::{capture_kind, CaptureKind};
+
+/// Element and checksum bar for integer captures (indices, masks, hashes, ids): they are
+/// computed exactly by the reference, so any difference is a real disagreement.
+pub const EXACT: f64 = 1e-12;
+
+/// Relative checksum bar for bf16 captures (2^-7, Atlas `BF16_CK_REL`): about two bf16 ulps of
+/// the checksum's own scale. Weak by design: one element off by a few units can still pass.
+pub const BF16_CK_REL: f64 = 0.0078125;
+
+/// Element and checksum bar for f32 chains (hc mixes, `pre_mix_*`, `moe_weights`; Atlas
+/// `F32_TOL`): those run through Sinkhorn/softplus in f32, where summation order moves the last
+/// bits, so a fixed 1e-4 absolute bar is used for both.
+pub const F32_TOL: f64 = 1e-4;
+
+/// Factor of `bf16_tol`: two bf16 ulps (2 · 2^-8) relative to the largest sampled magnitude.
+pub const BF16_TOL_ULPS_FACTOR: f64 = 2.0 / 256.0;
+
+/// Absolute floor of `bf16_tol`, so an all-zero golden sample still has a non-zero bar.
+pub const BF16_TOL_FLOOR: f64 = 1e-6;
+
+/// Relative checksum bar of the comparator's separate bit-exact verdict: checksums that agree
+/// this closely differ only by summation order (torch pairwise vs our sequential f64 sum).
+pub const BIT_EXACT_CK_REL: f64 = 1e-12;
+
+/// The Atlas element tolerance for a bf16 capture: about two bf16 ulps at the magnitude of the
+/// largest **sampled** golden value, `2·2^-8·max|g| + 1e-6`. It is loose for small elements.
+pub fn bf16_tol(golden_samples: &[f64]) -> f64 {
+    let max_abs = golden_samples
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    BF16_TOL_ULPS_FACTOR * max_abs + BF16_TOL_FLOOR
+}
+
+/// How the element tolerance of a policy is obtained.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ElementTol {
+    /// A fixed absolute bar.
+    Abs(f64),
+    /// `bf16_tol` of the golden (reference) values that are compared.
+    Bf16Sampled,
+}
+
+/// A named tolerance policy: the element bar, the relative checksum bar, and whether values
+/// must be equal (integer captures).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Short name shown in reports (`exact`, `index`, `bf16`, `f32`).
+    pub name: &'static str,
+    /// The element bar rule.
+    pub element_tol: ElementTol,
+    /// Relative checksum bar: `|ck_got − ck| ≤ ck_rel · max(Σ|got_i|(i+1), 1)`.
+    pub ck_rel: f64,
+    /// Integer capture: compared for equality.
+    pub exact: bool,
+    /// Rows (last dim) are index sets: also report per-row set agreement (Jaccard).
+    pub row_sets: bool,
+}
+
+impl Policy {
+    /// The element tolerance this policy applies to the given golden (reference) values.
+    pub fn element_tol_for(&self, golden_values: &[f64]) -> f64 {
+        match self.element_tol {
+            ElementTol::Abs(tol) => tol,
+            ElementTol::Bf16Sampled => bf16_tol(golden_values),
+        }
+    }
+}
+
+/// Integer captures other than index sets (hashes, ids, masks): equality; the checksum of ints
+/// is exact in f64 up to summation order, so `EXACT` relative.
+pub const POLICY_EXACT: Policy = Policy {
+    name: "exact",
+    element_tol: ElementTol::Abs(EXACT),
+    ck_rel: EXACT,
+    exact: true,
+    row_sets: false,
+};
+
+/// Index captures (`sa_topk_idxs`, `shared.*.topk_idxs`, `moe_indices`): equality as the pass
+/// criterion, plus per-row set agreement so a reordering is told apart from a wrong selection.
+pub const POLICY_INDEX: Policy = Policy {
+    name: "index",
+    element_tol: ElementTol::Abs(EXACT),
+    ck_rel: EXACT,
+    exact: true,
+    row_sets: true,
+};
+
+/// bf16 captures: `bf16_tol` on the sampled elements and `BF16_CK_REL` on the checksum. Atlas
+/// also uses this bar for `logits_full` even though that capture is f32 (its input is bf16 and
+/// its magnitude is that of the bf16 stream).
+pub const POLICY_BF16: Policy = Policy {
+    name: "bf16",
+    element_tol: ElementTol::Bf16Sampled,
+    ck_rel: BF16_CK_REL,
+    exact: false,
+    row_sets: false,
+};
+
+/// f32 chains (hc mixes, `pre_mix_*`, `moe_weights`): `F32_TOL` for elements and checksum.
+pub const POLICY_F32: Policy = Policy {
+    name: "f32",
+    element_tol: ElementTol::Abs(F32_TOL),
+    ck_rel: F32_TOL,
+    exact: false,
+    row_sets: false,
+};
+
+/// The policy for a capture kind. `Other` (a name outside the catalogue) gets the bf16 bar;
+/// use [`policy_for_capture`] to decide such a capture by its data type instead.
+pub fn policy_for(kind: CaptureKind) -> Policy {
+    match kind {
+        CaptureKind::Bf16 | CaptureKind::Other => POLICY_BF16,
+        CaptureKind::F32 => POLICY_F32,
+        CaptureKind::Index => POLICY_INDEX,
+        CaptureKind::Mask | CaptureKind::Hash | CaptureKind::Ids => POLICY_EXACT,
+    }
+}
+
+/// The policy for a capture by name, as the Atlas tests use it: `logits_full` takes the bf16
+/// bar; names outside the catalogue take `POLICY_EXACT` when their data are integers.
+pub fn policy_for_capture(name: &str, is_int: bool) -> Policy {
+    if name == "logits_full" {
+        return POLICY_BF16;
+    }
+    match capture_kind(name) {
+        CaptureKind::Other if is_int => POLICY_EXACT,
+        kind => policy_for(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_tol_is_two_ulps_of_the_largest_sample() {
+        let tol = bf16_tol(&[0.5, -2.0, 1.0]);
+        assert_eq!(tol, 2.0 * 2.0 / 256.0 + BF16_TOL_FLOOR);
+        assert_eq!(bf16_tol(&[]), BF16_TOL_FLOOR);
+    }
+
+    #[test]
+    fn policies_by_name() {
+        assert_eq!(policy_for_capture("logits_full", false).name, "bf16");
+        assert_eq!(policy_for_capture("L0.attn_comb", false).name, "f32");
+        assert_eq!(policy_for_capture("L0.sa_topk_idxs", true).name, "index");
+        assert_eq!(
+            policy_for_capture("shared.L4.candidates", true).name,
+            "exact"
+        );
+        assert_eq!(policy_for_capture("mystery", true).name, "exact");
+        assert_eq!(policy_for_capture("mystery", false).name, "bf16");
+        assert_eq!(POLICY_F32.element_tol_for(&[100.0]), F32_TOL);
+    }
+}
