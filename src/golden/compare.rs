@@ -14,7 +14,9 @@ pub const REL_ERR_FLOOR: f64 = 1e-6;
 /// A tensor's values as a backend holds them: floats (bf16 values carried as f32) or integers.
 #[derive(Debug, Clone, Copy)]
 pub enum Values<'a> {
+    /// Float values (bf16 captures hold bf16-representable f32 values).
     F32(&'a [f32]),
+    /// Integer values (indices, masks, hashes, ids).
     I64(&'a [i64]),
 }
 
