@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod config;
 pub mod engram;
+pub mod params;
 pub mod weights;
 
 pub use backend::{Backend, BackendError, Capture, CaptureDtype, CaptureValues, SeedTensors, Step};
