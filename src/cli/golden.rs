@@ -12,12 +12,48 @@ pub enum GoldenCmd {
     /// Print the fixture summary of a golden; non-zero exit on an invalid file (2) or when its
     /// weights do not regenerate from `weights_meta` (1).
     Info { path: std::path::PathBuf },
+    /// Run the CPU oracle over a golden's fixture and write a golden in the Atlas schema.
+    Write {
+        /// A golden whose fixture and weights_meta define the graph.
+        #[arg(long)]
+        fixture: std::path::PathBuf,
+        /// Where to write the golden (atomically).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Which captures are stored whole: `v3` (the engram and L0 inputs), `all`, or `none`.
+        #[arg(long, default_value = "v3")]
+        full: String,
+    },
 }
 
 pub fn run(cmd: GoldenCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         GoldenCmd::Info { path } => info(&path),
+        GoldenCmd::Write { fixture, out, full } => write(&fixture, &out, &full),
     }
+}
+
+fn write(fixture: &Path, out: &Path, full: &str) -> anyhow::Result<ExitCode> {
+    use golden_lens::session::writer::{write_golden, FullCaptures};
+    let full = match full {
+        "v3" => FullCaptures::V3,
+        "all" => FullCaptures::All,
+        "none" => FullCaptures::None,
+        other => anyhow::bail!("--full {other}: expected v3, all or none"),
+    };
+    let golden = Golden::load(fixture)?;
+    let mut oracle = golden_lens::session::oracle_for(&golden)?;
+    let text = write_golden(&golden, &mut oracle, &full)?;
+    crate::cli::check::write_atomic(out, text.as_bytes())?;
+    let written = Golden::load(out).with_context(|| format!("re-reading {}", out.display()))?;
+    println!(
+        "wrote {} ({} bytes, {} captures in {} regimes)",
+        out.display(),
+        text.len(),
+        written.capture_count(),
+        written.regimes.len()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn info(path: &Path) -> anyhow::Result<ExitCode> {

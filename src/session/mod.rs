@@ -2,6 +2,7 @@
 //! capture with the golden, and builds the report the CLI prints and the app shows.
 
 pub mod report;
+pub mod writer;
 
 use crate::golden::compare::{compare_with_golden, Values};
 use crate::golden::names::capture_kind;
@@ -113,14 +114,20 @@ pub fn regime_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>, 
     Ok(out)
 }
 
-/// The golden's full captures, as seen from regime `current`.
-struct GoldenSeeds<'a> {
+/// The golden's full captures, as seen from regime `current` (isolated mode's seed source).
+pub struct GoldenSeeds<'a> {
     golden: &'a Golden,
     current: usize,
     starts: Vec<usize>,
 }
 
-impl GoldenSeeds<'_> {
+impl<'a> GoldenSeeds<'a> {
+    /// Seeds for regime index `current` of `golden`.
+    pub fn new(golden: &'a Golden, current: usize) -> Result<GoldenSeeds<'a>, SessionError> {
+        let starts = regime_inputs(golden)?.iter().map(|(_, _, p)| *p).collect();
+        Ok(GoldenSeeds { golden, current, starts })
+    }
+
     fn capture(&self, back: usize, name: &str) -> Option<&crate::golden::GoldenCapture> {
         let idx = self.current.checked_sub(back)?;
         self.golden.regimes.get(idx)?.get(name)
