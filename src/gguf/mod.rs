@@ -1,1 +1,19 @@
-//! placeholder
+//! GGUF for deepseek41 files: a validating reader (memmap2 for the resident region, positioned
+//! reads for engram tables), split sets, engram sidecars, the two deepseek41 dialects, tensor
+//! name mapping, and dequantization of every block type the real files hold.
+
+pub mod cursor;
+pub mod dialect;
+pub mod error;
+pub mod ggml_type;
+pub mod names;
+pub mod quant;
+pub mod reader;
+pub mod split;
+pub mod value;
+
+pub use dialect::Dialect;
+pub use error::{GgufError, Result};
+pub use ggml_type::GgmlType;
+pub use reader::{GgufFile, TensorInfo};
+pub use value::{MetaArray, MetaEntry, MetaValue, ValueType};

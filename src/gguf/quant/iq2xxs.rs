@@ -1,0 +1,105 @@
+//! IQ2_XXS (ggml type 16): 256 values in 66 bytes, 2.0625 bits per weight. An f16 scale, then
+//! eight 8-byte groups; each group holds four 8-value grid indices, four 7-bit sign codes and a
+//! 4-bit sub-scale (spec §3.2).
+
+use super::{f16_at, u32_at};
+
+/// Bytes per IQ2_XXS block.
+pub const BLOCK_BYTES: usize = 66;
+
+/// The three magnitudes a grid entry can take (ggml's iq2xxs grid bytes 0x08, 0x19, 0x2b).
+const GRID_LEVELS: [f32; 3] = [8.0, 25.0, 43.0];
+
+/// The 256 entries of ggml's `iq2xxs_grid`, re-encoded: each entry is eight 2-bit fields
+/// (value k in bits 2k..2k+1) that index [`GRID_LEVELS`]. Data taken as facts from the public
+/// table (checked bit for bit against gguf-py 0.19.0 in `tests/gguf_python.rs`).
+const GRID_2BIT: [u16; 256] = [
+    0x0000, 0x0002, 0x0005, 0x0008, 0x000a, 0x0011, 0x0014, 0x0020, 0x0022, 0x0028, 0x002a, 0x0041,
+    0x0044, 0x0050, 0x0058, 0x0061, 0x0064, 0x0080, 0x0082, 0x008a, 0x00a2, 0x0101, 0x0104, 0x0110,
+    0x0115, 0x0140, 0x0184, 0x0198, 0x0200, 0x0202, 0x0222, 0x0282, 0x0401, 0x0404, 0x0410, 0x0421,
+    0x0424, 0x0440, 0x0442, 0x0448, 0x0460, 0x0481, 0x0484, 0x0490, 0x04a4, 0x0500, 0x0502, 0x0508,
+    0x0520, 0x0546, 0x0569, 0x0580, 0x0591, 0x0609, 0x0610, 0x0640, 0x0684, 0x06a4, 0x0800, 0x0805,
+    0x0808, 0x0814, 0x0828, 0x0841, 0x0844, 0x0850, 0x0852, 0x0888, 0x0904, 0x0940, 0x0a02, 0x0a14,
+    0x1001, 0x1004, 0x1010, 0x1021, 0x1040, 0x1060, 0x1084, 0x1090, 0x1095, 0x1100, 0x1108, 0x1120,
+    0x1150, 0x115a, 0x1180, 0x1224, 0x1245, 0x1400, 0x1408, 0x1420, 0x1425, 0x1449, 0x1480, 0x1518,
+    0x1562, 0x1600, 0x1616, 0x1801, 0x1804, 0x1810, 0x1840, 0x1881, 0x1900, 0x1905, 0x19a0, 0x1a51,
+    0x2000, 0x2002, 0x200a, 0x2044, 0x2061, 0x2080, 0x2082, 0x2129, 0x2148, 0x2200, 0x2202, 0x2401,
+    0x2404, 0x2410, 0x2440, 0x2456, 0x2500, 0x2541, 0x2564, 0x2690, 0x2808, 0x2820, 0x2894, 0x2a44,
+    0x4001, 0x4004, 0x4010, 0x4018, 0x4021, 0x4024, 0x4040, 0x4048, 0x4056, 0x4060, 0x4081, 0x4084,
+    0x4090, 0x4100, 0x4120, 0x4161, 0x4180, 0x4185, 0x4201, 0x4210, 0x4248, 0x4256, 0x4268, 0x4400,
+    0x4408, 0x4420, 0x4480, 0x4499, 0x4512, 0x4524, 0x4600, 0x4801, 0x4804, 0x4810, 0x4840, 0x4845,
+    0x4900, 0x4958, 0x4961, 0x4982, 0x4a45, 0x4a90, 0x5000, 0x5008, 0x5011, 0x5019, 0x5020, 0x5080,
+    0x5088, 0x5104, 0x5142, 0x51a4, 0x5291, 0x5490, 0x5492, 0x550a, 0x5601, 0x5654, 0x5800, 0x5811,
+    0x5819, 0x5864, 0x5940, 0x5a08, 0x6004, 0x6010, 0x6040, 0x6068, 0x6100, 0x6155, 0x6218, 0x6260,
+    0x6400, 0x6405, 0x6510, 0x6512, 0x6584, 0x6842, 0x8000, 0x8002, 0x800a, 0x8041, 0x8082, 0x8104,
+    0x8118, 0x8140, 0x8211, 0x8401, 0x8404, 0x8410, 0x8415, 0x8440, 0x8460, 0x8500, 0x8546, 0x8594,
+    0x8609, 0x8640, 0x8660, 0x8802, 0x8904, 0x8a11, 0x9004, 0x9010, 0x9024, 0x9040, 0x90a1, 0x9116,
+    0x9180, 0x9245, 0x9400, 0x9422, 0x9444, 0x9551, 0x9881, 0x9920, 0xa002, 0xa050, 0xa085, 0xa109,
+    0xa200, 0xa418, 0xa850, 0xa904,
+];
+
+/// Sign byte for a 7-bit sign code: the low seven bits are the code and bit 7 makes the number of
+/// set bits even (ggml's `ksigns_iq2xs` table is exactly this rule).
+fn sign_bits(code: u32) -> u8 {
+    let low = (code & 0x7f) as u8;
+    if low.count_ones() % 2 == 1 {
+        low | 0x80
+    } else {
+        low
+    }
+}
+
+/// Decodes one block into 256 values.
+pub fn dequantize_block(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    for group in 0..8 {
+        let base = 2 + 8 * group;
+        let grid_indices = &block[base..base + 4];
+        let aux = u32_at(block, base + 4);
+        let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
+        for (l, &grid_index) in grid_indices.iter().enumerate() {
+            let entry = GRID_2BIT[grid_index as usize];
+            let signs = sign_bits(aux >> (7 * l));
+            for j in 0..8 {
+                let level = GRID_LEVELS[((entry >> (2 * j)) & 3) as usize];
+                let sign = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
+                out[group * 32 + l * 8 + j] = db * level * sign;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_grid_entries_and_sign_rule() {
+        // iq2xxs_grid[0] is all 0x08; iq2xxs_grid[1] = 0x080808080808082b (element 0 is 0x2b).
+        assert_eq!(GRID_2BIT[0], 0);
+        assert_eq!(GRID_2BIT[1] & 3, 2);
+        assert_eq!(GRID_2BIT[1] >> 2, 0);
+        assert_eq!(sign_bits(1), 0x81);
+        assert_eq!(sign_bits(3), 0x03);
+        assert_eq!(sign_bits(127), 0xff);
+    }
+
+    #[test]
+    fn hand_computed_block() {
+        // d = 1.0; group 0 uses grid entries 1,0,0,0, ls = 2 (db = 2.5 * 0.25 = 0.625), and sign
+        // code 1 for l = 0 (sign byte 0x81: elements 0 and 7 negated).
+        let mut block = [0u8; BLOCK_BYTES];
+        block[0..2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        block[2] = 1;
+        let aux: u32 = (2 << 28) | 1;
+        block[6..10].copy_from_slice(&aux.to_le_bytes());
+        let mut out = [0f32; 256];
+        dequantize_block(&block, &mut out);
+        assert_eq!(out[0], -0.625 * 43.0);
+        assert_eq!(out[1], 0.625 * 8.0);
+        assert_eq!(out[7], -0.625 * 8.0);
+        assert_eq!(out[8], 0.625 * 8.0);
+        // Group 1 has aux = 0: db = 0.125, all grid 0 (8.0), no signs.
+        assert_eq!(out[32], 1.0);
+    }
+}
