@@ -16,19 +16,44 @@ fn reference(name: &str) -> PathBuf {
 fn check(name: &str, mode: Mode) -> Report {
     let golden = Golden::load(&reference(name)).expect("golden loads");
     let mut oracle = session::oracle_for(&golden).expect("oracle");
-    session::run_check(&golden, &mut oracle, &CheckOptions { mode, ..Default::default() }).expect("check runs")
+    session::run_check(
+        &golden,
+        &mut oracle,
+        &CheckOptions {
+            mode,
+            ..Default::default()
+        },
+    )
+    .expect("check runs")
 }
 
 fn assert_passes(report: &Report, captures: usize) {
-    let failures: Vec<String> = report.rows.iter().filter(|r| !r.cmp.pass).map(|r| format!("{} {}: {}", r.regime, r.name, r.cmp.reason)).collect();
+    let failures: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| !r.cmp.pass)
+        .map(|r| format!("{} {}: {}", r.regime, r.name, r.cmp.reason))
+        .collect();
     assert!(failures.is_empty(), "failing captures: {failures:#?}");
-    assert!(report.missing.is_empty(), "missing captures: {:?}", report.missing);
+    assert!(
+        report.missing.is_empty(),
+        "missing captures: {:?}",
+        report.missing
+    );
     let s = report.summary();
     assert_eq!(s.passed, captures);
-    assert_eq!(s.int_exact, s.int_total, "every integer capture must be exact");
+    assert_eq!(
+        s.int_exact, s.int_total,
+        "every integer capture must be exact"
+    );
     assert!(s.int_total >= 65);
     let share = s.bf16_bit_exact as f64 / s.bf16_total as f64;
-    assert!(share >= MIN_BF16_BIT_EXACT_SHARE, "bf16 bit-exact {} of {}", s.bf16_bit_exact, s.bf16_total);
+    assert!(
+        share >= MIN_BF16_BIT_EXACT_SHARE,
+        "bf16 bit-exact {} of {}",
+        s.bf16_bit_exact,
+        s.bf16_total
+    );
     assert!(report.ok());
 }
 
@@ -55,7 +80,10 @@ fn v3_full_passes_chained_and_isolated_with_every_element_compared() {
     for mode in [Mode::Chained, Mode::Isolated] {
         let r = check("ds41_tiny_golden.v3-full.json", mode);
         assert_passes(&r, 443);
-        assert!(r.rows.iter().all(|row| row.cmp.stride == 1 && row.cmp.n_compared == row.cmp.expected_len));
+        assert!(r
+            .rows
+            .iter()
+            .all(|row| row.cmp.stride == 1 && row.cmp.n_compared == row.cmp.expected_len));
         assert!(r.not_isolated.is_empty(), "{:?}", r.not_isolated);
     }
 }
@@ -64,18 +92,30 @@ fn v3_full_passes_chained_and_isolated_with_every_element_compared() {
 fn isolated_mode_on_a_sampled_golden_names_what_cannot_be_isolated() {
     let r = check("ds41_tiny_golden.v3.json", Mode::Isolated);
     assert!(!r.not_isolated.is_empty());
-    let l2 = r.not_isolated.iter().find(|i| i.regime == "prefill12" && i.step.to_string() == "Block(2)").expect("L2 prefill");
-    assert!(l2.missing.iter().any(|m| m == "L2.h_in"), "{:?}", l2.missing);
+    let l2 = r
+        .not_isolated
+        .iter()
+        .find(|i| i.regime == "prefill12" && i.step.to_string() == "Block(2)")
+        .expect("L2 prefill");
+    assert!(
+        l2.missing.iter().any(|m| m == "L2.h_in"),
+        "{:?}",
+        l2.missing
+    );
 }
 
 #[test]
 fn report_bits_do_not_depend_on_the_thread_count() {
     let golden = Golden::load(&reference("ds41_tiny_golden.v3.json")).expect("golden");
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
         pool.install(|| {
             let mut oracle = session::oracle_for(&golden).expect("oracle");
-            let r = session::run_check(&golden, &mut oracle, &CheckOptions::default()).expect("check");
+            let r =
+                session::run_check(&golden, &mut oracle, &CheckOptions::default()).expect("check");
             serde_json::to_string(&r.to_json()).expect("json")
         })
     };
@@ -84,12 +124,19 @@ fn report_bits_do_not_depend_on_the_thread_count() {
 
 #[test]
 fn shipped_default_golden_is_reproducible_and_agrees_with_v3() {
-    let shipped_path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/ds41_tiny.json"));
+    let shipped_path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/golden/ds41_tiny.json"
+    ));
     let shipped_text = std::fs::read_to_string(&shipped_path).expect("golden/ds41_tiny.json");
     let v3 = Golden::load(&reference("ds41_tiny_golden.v3.json")).expect("v3");
     let mut oracle = session::oracle_for(&v3).expect("oracle");
-    let fresh = session::writer::write_golden(&v3, &mut oracle, &session::writer::FullCaptures::V3).expect("write");
-    assert!(fresh == shipped_text, "golden/ds41_tiny.json is stale: regenerate it (see golden/README.md)");
+    let fresh = session::writer::write_golden(&v3, &mut oracle, &session::writer::FullCaptures::V3)
+        .expect("write");
+    assert!(
+        fresh == shipped_text,
+        "golden/ds41_tiny.json is stale: regenerate it (see golden/README.md)"
+    );
     // The shipped golden holds DeepSeek's numbers within the Atlas bars: check the oracle of v3's
     // fixture against it, and v3's samples against its samples.
     let shipped = Golden::parse(&shipped_text, &shipped_path).expect("shipped golden parses");
@@ -99,13 +146,29 @@ fn shipped_default_golden_is_reproducible_and_agrees_with_v3() {
         let names_b: Vec<&str> = b.captures.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names_a, names_b, "{}: capture order", a.name);
         for (ca, cb) in a.captures.iter().zip(&b.captures) {
-            assert_eq!((&ca.shape, ca.n, ca.stride), (&cb.shape, cb.n, cb.stride), "{} {}", a.name, ca.name);
+            assert_eq!(
+                (&ca.shape, ca.n, ca.stride),
+                (&cb.shape, cb.n, cb.stride),
+                "{} {}",
+                a.name,
+                ca.name
+            );
             let policy = golden_lens::golden::policy::policy_for_capture(&cb.name, cb.is_int());
             let tol = policy.element_tol_for(&cb.samples_f64());
             for (x, y) in ca.samples_f64().iter().zip(cb.samples_f64()) {
-                assert!((x - y).abs() <= tol, "{} {}: {x} vs {y} beyond {tol}", a.name, ca.name);
+                assert!(
+                    (x - y).abs() <= tol,
+                    "{} {}: {x} vs {y} beyond {tol}",
+                    a.name,
+                    ca.name
+                );
             }
-            assert!((ca.ck - cb.ck).abs() <= policy.ck_rel * cb.ck.abs().max(1.0), "{} {}: ck", a.name, ca.name);
+            assert!(
+                (ca.ck - cb.ck).abs() <= policy.ck_rel * cb.ck.abs().max(1.0),
+                "{} {}: ck",
+                a.name,
+                ca.name
+            );
         }
     }
 }

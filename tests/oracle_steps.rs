@@ -5,7 +5,9 @@
 use golden_lens::golden::compare::{compare_with_golden, Values};
 use golden_lens::golden::policy::policy_for_capture;
 use golden_lens::golden::Golden;
-use golden_lens::model::{Backend, Capture, CaptureValues, FillerSource, Step, WeightError, WeightSource};
+use golden_lens::model::{
+    Backend, Capture, CaptureValues, FillerSource, Step, WeightError, WeightSource,
+};
 use golden_lens::oracle::Oracle;
 use golden_lens::session::{self, CheckOptions, GoldenSeeds, Mode};
 use std::path::PathBuf;
@@ -24,7 +26,11 @@ fn run_seeded_step(g: &Golden, regime: usize, prior: &[Step], step: Step) -> Vec
     // Earlier regimes run chained so the state that is not reseeded (pointers) is in place.
     for (ri, (_, ids, start)) in inputs.iter().enumerate().take(regime + 1) {
         oracle.begin(ids, *start).expect("begin");
-        let steps = if ri < regime { oracle.steps() } else { prior.to_vec() };
+        let steps = if ri < regime {
+            oracle.steps()
+        } else {
+            prior.to_vec()
+        };
         for s in steps {
             let mut sink = Vec::new();
             oracle.run(s, &mut sink).expect("prior step");
@@ -33,7 +39,10 @@ fn run_seeded_step(g: &Golden, regime: usize, prior: &[Step], step: Step) -> Vec
     let seeds = GoldenSeeds::new(g, regime).expect("seeds");
     let missing = oracle.seed(step, &seeds).expect("seed");
     // Hash ids are integer outputs of EngramHash (already run above); everything else must seed.
-    assert!(missing.iter().all(|m| m.ends_with("engram_hash_ids")), "{step}: cannot seed {missing:?}");
+    assert!(
+        missing.iter().all(|m| m.ends_with("engram_hash_ids")),
+        "{step}: cannot seed {missing:?}"
+    );
     let mut caps: Vec<Capture> = Vec::new();
     oracle.run(step, &mut caps).expect("step runs");
     let reg = &g.regimes[regime];
@@ -44,8 +53,17 @@ fn run_seeded_step(g: &Golden, regime: usize, prior: &[Step], step: Step) -> Vec
             CaptureValues::F32(v) => Values::F32(v),
             CaptureValues::I64(v) => Values::I64(v),
         };
-        let cmp = compare_with_golden(values, &c.shape, gc, &policy_for_capture(&c.name, gc.is_int()));
-        assert!(cmp.pass, "{} {step}: sublayer capture {} fails: {}", reg.name, c.name, cmp.reason);
+        let cmp = compare_with_golden(
+            values,
+            &c.shape,
+            gc,
+            &policy_for_capture(&c.name, gc.is_int()),
+        );
+        assert!(
+            cmp.pass,
+            "{} {step}: sublayer capture {} fails: {}",
+            reg.name, c.name, cmp.reason
+        );
         checked.push(c.name.clone());
     }
     checked
@@ -55,7 +73,16 @@ fn run_seeded_step(g: &Golden, regime: usize, prior: &[Step], step: Step) -> Vec
 fn block0_from_v3_full_l0_inputs() {
     let g = golden("ds41_tiny_golden.v3.json");
     let names = run_seeded_step(&g, 0, &[Step::EngramHash, Step::Embed], Step::Block(0));
-    for want in ["L0.attn_in", "L0.sa_o", "L0.attn_out", "L0.ffn_in", "L0.moe_indices", "L0.ffn_out", "L0.h_out", "L0.pre_mix_out"] {
+    for want in [
+        "L0.attn_in",
+        "L0.sa_o",
+        "L0.attn_out",
+        "L0.ffn_in",
+        "L0.moe_indices",
+        "L0.ffn_out",
+        "L0.h_out",
+        "L0.pre_mix_out",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} not checked");
     }
 }
@@ -64,9 +91,17 @@ fn block0_from_v3_full_l0_inputs() {
 fn engram_layers_from_v3_full_engram_in() {
     let g = golden("ds41_tiny_golden.v3.json");
     for (regime, l) in [(0, 1), (0, 4), (1, 1), (2, 4)] {
-        let names = run_seeded_step(&g, regime, &[Step::EngramHash, Step::Embed], Step::Engram(l));
+        let names = run_seeded_step(
+            &g,
+            regime,
+            &[Step::EngramHash, Step::Embed],
+            Step::Engram(l),
+        );
         for want in ["engram_embed", "engram_kv", "engram_out"] {
-            assert!(names.contains(&format!("L{l}.{want}")), "L{l}.{want} not checked in regime {regime}");
+            assert!(
+                names.contains(&format!("L{l}.{want}")),
+                "L{l}.{want} not checked in regime {regime}"
+            );
         }
     }
 }
@@ -87,7 +122,11 @@ fn every_block_of_every_regime_from_v3_full_inputs() {
                 prior.push(Step::Engram(l));
             }
             let names = run_seeded_step(&g, regime, &prior, Step::Block(l));
-            assert!(names.len() >= 20, "regime {regime} L{l}: only {} captures checked", names.len());
+            assert!(
+                names.len() >= 20,
+                "regime {regime} L{l}: only {} captures checked",
+                names.len()
+            );
         }
     }
 }
@@ -101,7 +140,12 @@ struct Perturbed {
 
 impl WeightSource for Perturbed {
     fn describe(&self) -> String {
-        format!("{} with {} scaled by {}", self.inner.describe(), self.name, self.factor)
+        format!(
+            "{} with {} scaled by {}",
+            self.inner.describe(),
+            self.name,
+            self.factor
+        )
     }
     fn shape(&self, name: &str) -> Option<Vec<usize>> {
         self.inner.shape(name)
@@ -109,7 +153,11 @@ impl WeightSource for Perturbed {
     fn tensor(&self, name: &str) -> Result<Arc<Vec<f32>>, WeightError> {
         let t = self.inner.tensor(name)?;
         if name == self.name {
-            return Ok(Arc::new(t.iter().map(|v| golden_lens::num::bf16_round(v * self.factor)).collect()));
+            return Ok(Arc::new(
+                t.iter()
+                    .map(|v| golden_lens::num::bf16_round(v * self.factor))
+                    .collect(),
+            ));
         }
         Ok(t)
     }
@@ -126,15 +174,38 @@ fn isolated_mode_confines_a_planted_fault_to_its_layer() {
             factor: 1.05,
         };
         let mut oracle = Oracle::new(cfg.clone(), Arc::new(w), tables.clone());
-        session::run_check(&g, &mut oracle, &CheckOptions { mode, ..Default::default() }).expect("check")
+        session::run_check(
+            &g,
+            &mut oracle,
+            &CheckOptions {
+                mode,
+                ..Default::default()
+            },
+        )
+        .expect("check")
     };
     let chained = run(Mode::Chained);
     let isolated = run(Mode::Isolated);
     for r in [&chained, &isolated] {
         let first = r.first_failure().expect("the fault is caught");
-        assert_eq!((first.regime.as_str(), first.name.as_str()), ("prefill12", "L2.attn_out"));
+        assert_eq!(
+            (first.regime.as_str(), first.name.as_str()),
+            ("prefill12", "L2.attn_out")
+        );
     }
-    let downstream = |r: &session::Report| r.rows.iter().filter(|row| !row.cmp.pass && !row.name.starts_with("L2.")).count();
-    assert!(downstream(&chained) > 10, "chained mode carries the error downstream");
-    assert_eq!(downstream(&isolated), 0, "isolated mode confines the fault to layer 2");
+    let downstream = |r: &session::Report| {
+        r.rows
+            .iter()
+            .filter(|row| !row.cmp.pass && !row.name.starts_with("L2."))
+            .count()
+    };
+    assert!(
+        downstream(&chained) > 10,
+        "chained mode carries the error downstream"
+    );
+    assert_eq!(
+        downstream(&isolated),
+        0,
+        "isolated mode confines the fault to layer 2"
+    );
 }

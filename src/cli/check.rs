@@ -15,9 +15,9 @@ pub enum ModeArg {
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// The golden to check against.
+    /// The golden to check against (default: the embedded golden/ds41_tiny.json).
     #[arg(long)]
-    pub golden: PathBuf,
+    pub golden: Option<PathBuf>,
     /// Backends to run (only `cpu` so far).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
@@ -46,7 +46,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             args.backend
         );
     }
-    let golden = Golden::load(&args.golden)?;
+    let golden = match &args.golden {
+        Some(p) => Golden::load(p)?,
+        None => golden_lens::golden::embedded::default_golden()?,
+    };
     if let Some(r) = &args.regime {
         if golden.regime(r).is_none() {
             let names: Vec<&str> = golden.regimes.iter().map(|r| r.name.as_str()).collect();

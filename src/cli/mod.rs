@@ -36,7 +36,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Check(args)) => check::run(args),
         None => {
-            anyhow::bail!("the desktop app is not built yet; try `golden-lens check --golden PATH`")
+            // The desktop window is not built yet: run the headless check on the embedded
+            // default golden, which is what the window would show first.
+            println!("golden-lens {}: desktop window not yet available; checking the embedded default golden", env!("CARGO_PKG_VERSION"));
+            check::run(check::CheckArgs {
+                golden: None,
+                backend: "cpu".into(),
+                mode: check::ModeArg::Chained,
+                only: None,
+                regime: None,
+                json: None,
+                quiet: true,
+            })
         }
     }
 }

@@ -3,6 +3,7 @@
 //! (`compare`, `policy`), and weight regeneration from `weights_meta` (`weights`).
 
 pub mod compare;
+pub mod embedded;
 pub mod names;
 pub mod policy;
 pub mod schema;

@@ -187,6 +187,68 @@ impl ModelConfig {
         Ok(cfg)
     }
 
+    /// The real DeepSeek-V4.1-Flash geometry (gguf spec §1.1, from the released `config.json`),
+    /// engram included. Fields the spec does not list take the reference defaults: `gate_temp`
+    /// 1.0. `max_seq_len` is `max_position_embeddings` (1,048,576); the oracle allocates nothing
+    /// per position up front, so it costs nothing until positions are used. The engram hash
+    /// tables' token map is not part of the config (the GGUF ships it).
+    pub fn deepseek_v41_flash() -> ModelConfig {
+        let n_layers = 40;
+        let mut compress_ratios = vec![0, 0];
+        compress_ratios.extend(std::iter::repeat_n(2, 18));
+        compress_ratios.extend(std::iter::repeat_n(1, 20));
+        ModelConfig {
+            vocab_size: 129_280,
+            dim: 5120,
+            n_layers,
+            n_heads: 64,
+            head_dim: 512,
+            rope_head_dim: 64,
+            q_lora_rank: 1280,
+            o_lora_rank: 1024,
+            o_groups: 8,
+            moe_inter_dim: 2304,
+            n_routed_experts: 384,
+            n_activated_experts: 6,
+            score_func: ScoreFunc::SqrtSoftplus,
+            route_scale: 1.5,
+            norm_topk_prob: true,
+            swiglu_limit: 10.0,
+            window_size: 128,
+            compress_ratios,
+            kv_source_layers: vec![2, 8, 14, 20],
+            index_source_layers: vec![2, 8, 14, 20, 24, 28, 32, 36],
+            candidate_source_layer: Some(20),
+            candidate_topk_blocks: 2048,
+            candidate_block_size: 8,
+            index_n_heads: 32,
+            index_head_dim: 128,
+            index_topk: 512,
+            hc_mult: 4,
+            hc_sinkhorn_iters: 20,
+            hc_eps: 1e-6,
+            engram: Some(EngramConfig {
+                layer_ids: vec![1, 14],
+                max_ngram_size: 4,
+                n_heads: 8,
+                head_dim: 256,
+                vocab_size: 16_000_000,
+                compressed_vocab_size: 99_092,
+                pad_id: 2,
+                num_embeddings: vec![384_006_168, 384_016_682],
+            }),
+            rope_theta: 10_000.0,
+            compress_rope_theta: 160_000.0,
+            rope_factor: 16.0,
+            original_seq_len: 65_536,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            norm_eps: 1e-20,
+            gate_temp: 1.0,
+            max_seq_len: 1 << 20,
+        }
+    }
+
     /// Check the relations the graph relies on, so a hostile or odd config fails here and not
     /// with an out-of-bounds index deep inside a step.
     pub fn validate(&self) -> Result<(), ConfigError> {

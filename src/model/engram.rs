@@ -179,7 +179,7 @@ fn derive_primes(cfg: &EngramConfig) -> Vec<Vec<Vec<i64>>> {
                     (0..cfg.n_heads)
                         .map(|_| {
                             let mut c = current + 1;
-                            while !(is_prime(c) && !used.contains(&c)) {
+                            while !is_prime(c) || used.contains(&c) {
                                 c += 1;
                             }
                             used.insert(c);
@@ -265,7 +265,7 @@ fn seed_sequence_state(entropy: u64, n_words: usize) -> Vec<u32> {
         }
     }
     let mut hash_const = INIT_A;
-    let mut hashmix = |mut value: u32, hc: &mut u32| {
+    let hashmix = |mut value: u32, hc: &mut u32| {
         value ^= *hc;
         *hc = hc.wrapping_mul(MULT_A);
         value = value.wrapping_mul(*hc);
@@ -291,9 +291,9 @@ fn seed_sequence_state(entropy: u64, n_words: usize) -> Vec<u32> {
         }
     }
     for &v in ent.iter().skip(4) {
-        for dst in 0..4 {
+        for p in pool.iter_mut() {
             let h = hashmix(v, &mut hash_const);
-            pool[dst] = mix(pool[dst], h);
+            *p = mix(*p, h);
         }
     }
     let mut hc = INIT_B;

@@ -15,6 +15,7 @@ pub struct Mixes {
 }
 
 /// `hc_mixes(h, fn, scale, base)` for a stream `h` of `[s, hc, d]` (spec §10.1).
+#[allow(clippy::too_many_arguments)] // the reference's operands and constants
 pub fn hc_mixes(
     h: &[f32],
     hc: usize,

@@ -207,6 +207,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::excessive_precision)] // the spec's printed values
     fn yarn_frequencies_match_the_spec() {
         let t = RopeTable::new(8, 32, 40000.0, 2.0, 32.0, 1.0);
         let want = [1.0f32, 0.0353553407, 0.0024999999, 0.000176776681];

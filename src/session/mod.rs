@@ -67,7 +67,7 @@ pub enum SessionError {
     Backend {
         regime: String,
         #[source]
-        source: crate::model::BackendError,
+        source: Box<crate::model::BackendError>,
     },
 }
 
@@ -125,7 +125,11 @@ impl<'a> GoldenSeeds<'a> {
     /// Seeds for regime index `current` of `golden`.
     pub fn new(golden: &'a Golden, current: usize) -> Result<GoldenSeeds<'a>, SessionError> {
         let starts = regime_inputs(golden)?.iter().map(|(_, _, p)| *p).collect();
-        Ok(GoldenSeeds { golden, current, starts })
+        Ok(GoldenSeeds {
+            golden,
+            current,
+            starts,
+        })
     }
 
     fn capture(&self, back: usize, name: &str) -> Option<&crate::golden::GoldenCapture> {
@@ -162,9 +166,9 @@ pub fn run_check(
     let mut report = Report::new(golden, &backend.name(), opts.mode);
     for (ri, (regime_name, ids, start)) in inputs.iter().enumerate() {
         let regime = &golden.regimes[ri];
-        let berr = |source| SessionError::Backend {
+        let berr = |source: crate::model::BackendError| SessionError::Backend {
             regime: regime_name.clone(),
-            source,
+            source: Box::new(source),
         };
         backend.begin(ids, *start).map_err(berr)?;
         let mut produced = std::collections::HashSet::new();

@@ -58,7 +58,11 @@ pub fn next_prime(k: usize) -> usize {
 
 /// The generator's stride for a capture of `n` elements.
 pub fn stride_for(n: usize, is_int: bool, full: bool) -> usize {
-    let cap = if is_int { INT_SAMPLE_CAP } else { FLOAT_SAMPLE_CAP };
+    let cap = if is_int {
+        INT_SAMPLE_CAP
+    } else {
+        FLOAT_SAMPLE_CAP
+    };
     if full || n <= cap {
         1
     } else {
@@ -73,10 +77,18 @@ pub fn py_float_repr(x: f64) -> String {
         return "NaN".into();
     }
     if x.is_infinite() {
-        return if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if x > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     if x == 0.0 {
-        return if x.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if x.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let sci = format!("{x:e}");
     let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -91,11 +103,19 @@ pub fn py_float_repr(x: f64) -> String {
         } else if decpt as usize >= digits.len() {
             format!("{}{}.0", digits, "0".repeat(decpt as usize - digits.len()))
         } else {
-            format!("{}.{}", &digits[..decpt as usize], &digits[decpt as usize..])
+            format!(
+                "{}.{}",
+                &digits[..decpt as usize],
+                &digits[decpt as usize..]
+            )
         };
         format!("{sign}{body}")
     } else {
-        let m = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits };
+        let m = if digits.len() > 1 {
+            format!("{}.{}", &digits[..1], &digits[1..])
+        } else {
+            digits
+        };
         let es = if exp < 0 { "-" } else { "+" };
         format!("{sign}{m}e{es}{:02}", exp.abs())
     }
@@ -168,9 +188,15 @@ fn write_py_str(out: &mut String, s: &str) {
 /// regime 0 is the prefill, each later regime decodes the next single token.
 pub fn fixture_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>, SessionError> {
     let f = &golden.fixture;
-    let err = |msg: String| SessionError::Golden { source_path: golden.source.display().to_string(), msg };
+    let err = |msg: String| SessionError::Golden {
+        source_path: golden.source.display().to_string(),
+        msg,
+    };
     if f.batch != 1 {
-        return Err(err(format!("fixture.batch = {}: only batch 1 is supported", f.batch)));
+        return Err(err(format!(
+            "fixture.batch = {}: only batch 1 is supported",
+            f.batch
+        )));
     }
     let per_row = f.prefill_len + 2;
     let id = |t: usize| fixed_int("input_ids", t as u64, f.vocab_size as u64) as i64;
@@ -195,11 +221,20 @@ fn capture_json(c: &Capture, full: &FullCaptures) -> Value {
     let stride = stride_for(n, is_int, full.contains(&c.name));
     let (ck, data): (f64, Vec<Value>) = match &c.values {
         CaptureValues::F32(v) => (
-            v.iter().enumerate().map(|(i, &x)| x as f64 * (i as f64 + 1.0)).sum(),
-            v.iter().step_by(stride).map(|&x| Value::from(x as f64)).collect(),
+            v.iter()
+                .enumerate()
+                .map(|(i, &x)| x as f64 * (i as f64 + 1.0))
+                .sum(),
+            v.iter()
+                .step_by(stride)
+                .map(|&x| Value::from(x as f64))
+                .collect(),
         ),
         CaptureValues::I64(v) => (
-            v.iter().enumerate().map(|(i, &x)| x as f64 * (i as f64 + 1.0)).sum(),
+            v.iter()
+                .enumerate()
+                .map(|(i, &x)| x as f64 * (i as f64 + 1.0))
+                .sum(),
             v.iter().step_by(stride).map(|&x| Value::from(x)).collect(),
         ),
     };
@@ -213,7 +248,10 @@ fn capture_json(c: &Capture, full: &FullCaptures) -> Value {
 }
 
 fn weight_meta_json(w: &WeightMeta) -> Result<Value, SessionError> {
-    let values = regenerate(w).map_err(|e| SessionError::Golden { source_path: w.name.clone(), msg: e.to_string() })?;
+    let values = regenerate(w).map_err(|e| SessionError::Golden {
+        source_path: w.name.clone(),
+        msg: e.to_string(),
+    })?;
     let mut m = Map::new();
     m.insert("shape".into(), Value::from(w.shape.clone()));
     m.insert("n".into(), Value::from(w.n));
@@ -237,13 +275,23 @@ fn weight_meta_json(w: &WeightMeta) -> Result<Value, SessionError> {
 }
 
 /// Run `backend` through the fixture's regimes and return the golden text.
-pub fn write_golden(golden: &Golden, backend: &mut dyn Backend, full: &FullCaptures) -> Result<String, SessionError> {
+pub fn write_golden(
+    golden: &Golden,
+    backend: &mut dyn Backend,
+    full: &FullCaptures,
+) -> Result<String, SessionError> {
     let mut fixture = golden.fixture.raw.clone();
     fixture.insert(
         "reference".into(),
-        Value::from(format!("golden-lens {} CPU oracle (Rust, spec ds41-reference.md)", env!("CARGO_PKG_VERSION"))),
+        Value::from(format!(
+            "golden-lens {} CPU oracle (Rust, spec ds41-reference.md)",
+            env!("CARGO_PKG_VERSION")
+        )),
     );
-    fixture.insert("kernels".into(), Value::from("golden-lens oracle kernels (shim semantics)"));
+    fixture.insert(
+        "kernels".into(),
+        Value::from("golden-lens oracle kernels (shim semantics)"),
+    );
     fixture.insert("torch".into(), Value::from("none"));
     let mut out = String::new();
     out.push_str("{\"fixture\":");
@@ -259,7 +307,10 @@ pub fn write_golden(golden: &Golden, backend: &mut dyn Backend, full: &FullCaptu
     }
     out.push('}');
     for (name, ids, start) in fixture_inputs(golden)? {
-        let berr = |source| SessionError::Backend { regime: name.clone(), source };
+        let berr = |source: crate::model::BackendError| SessionError::Backend {
+            regime: name.clone(),
+            source: Box::new(source),
+        };
         backend.begin(&ids, start).map_err(berr)?;
         let mut caps = Vec::new();
         for step in backend.steps() {
