@@ -359,3 +359,20 @@ fn compare_full_gpu_vs_oracle() {
         c.reason
     );
 }
+
+/// Under the strict policy (bf16 bit-exact, spec §17.1) the same planted 1e-3 defect fails,
+/// while the unperturbed tensor passes.
+#[test]
+fn planted_defect_fails_the_strict_bf16_policy() {
+    use golden_lens::golden::policy::strict_policy_for_capture;
+    let g = capture("v3", "prefill12", "L0.attn_in");
+    let strict = strict_policy_for_capture("L0.attn_in", false);
+    let clean = attn_in_full();
+    let ok = compare_with_golden(Values::F32(&clean), &g.shape, g, &strict);
+    assert!(ok.pass, "unperturbed: {}", ok.reason);
+    let mut bad = clean.clone();
+    bad[g.stride] += PLANTED_DEFECT;
+    let caught = compare_with_golden(Values::F32(&bad), &g.shape, g, &strict);
+    assert!(!caught.pass, "the strict bar must fail a 1e-3 defect");
+    assert_eq!(caught.max_abs_err_index, Some(g.stride));
+}

@@ -37,6 +37,9 @@ pub struct CheckArgs {
     /// Print only failing rows and the summary.
     #[arg(long)]
     pub quiet: bool,
+    /// Hold bf16 captures to bit-exactness instead of the Atlas bar (f32 chains keep F32_TOL).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
@@ -69,6 +72,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         },
         only,
         stop_after_regime: args.regime.clone(),
+        strict: args.strict,
     };
     let mut oracle = session::oracle_for(&golden)?;
     let report = session::run_check(&golden, &mut oracle, &opts)?;

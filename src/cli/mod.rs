@@ -47,6 +47,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 regime: None,
                 json: None,
                 quiet: true,
+                strict: false,
             })
         }
     }

@@ -135,6 +135,29 @@ pub fn policy_for_capture(name: &str, is_int: bool) -> Policy {
     }
 }
 
+/// bf16 captures under the strict bar: every sampled element bit-equal and the checksum within
+/// `BIT_EXACT_CK_REL`. The captures are bit-reproducible on CPU (spec §17.1, §19), so a team
+/// oracle can hold itself to this where the Atlas bf16 bar (about two ulps of the largest
+/// sample) would let a 1e-3 defect through.
+pub const POLICY_BF16_BIT_EXACT: Policy = Policy {
+    name: "bf16-bit-exact",
+    element_tol: ElementTol::Abs(0.0),
+    ck_rel: BIT_EXACT_CK_REL,
+    exact: false,
+    row_sets: false,
+};
+
+/// The strict policy for a capture: bf16 captures bit-exact, integers exact as always, f32
+/// chains keep `F32_TOL` (their summation order is not reproducible across libraries).
+pub fn strict_policy_for_capture(name: &str, is_int: bool) -> Policy {
+    let atlas = policy_for_capture(name, is_int);
+    if atlas.name == POLICY_BF16.name && name != "logits_full" {
+        POLICY_BF16_BIT_EXACT
+    } else {
+        atlas
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ pub mod writer;
 
 use crate::golden::compare::{compare_with_golden, Values};
 use crate::golden::names::capture_kind;
-use crate::golden::policy::policy_for_capture;
+use crate::golden::policy::{policy_for_capture, strict_policy_for_capture};
 use crate::golden::Golden;
 use crate::model::{
     Backend, Capture, CaptureValues, EngramTables, FillerSource, ModelConfig, SeedTensors, Step,
@@ -42,6 +42,8 @@ pub struct CheckOptions {
     pub only: Option<regex::Regex>,
     /// Stop after this regime.
     pub stop_after_regime: Option<String>,
+    /// Use the strict policies (bf16 bit-exact) instead of the Atlas bars.
+    pub strict: bool,
 }
 
 impl Default for CheckOptions {
@@ -50,6 +52,7 @@ impl Default for CheckOptions {
             mode: Mode::Chained,
             only: None,
             stop_after_regime: None,
+            strict: false,
         }
     }
 }
@@ -199,7 +202,11 @@ pub fn run_check(
                 }
                 match regime.get(&cap.name) {
                     Some(g) => {
-                        let policy = policy_for_capture(&cap.name, g.is_int());
+                        let policy = if opts.strict {
+                            strict_policy_for_capture(&cap.name, g.is_int())
+                        } else {
+                            policy_for_capture(&cap.name, g.is_int())
+                        };
                         let values = match &cap.values {
                             CaptureValues::F32(v) => Values::F32(v),
                             CaptureValues::I64(v) => Values::I64(v),
