@@ -538,3 +538,41 @@ fn pool(kv: &[f32], score: &[f32], r: usize, hd: usize) -> Vec<f32> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_index_rows_match_the_spec() {
+        let (w, v) = window_idxs(8, 12, 0);
+        assert_eq!(w, 8);
+        assert_eq!(&v[0..8], &[0, -1, -1, -1, -1, -1, -1, -1]);
+        assert_eq!(&v[16..24], &[0, 1, 2, -1, -1, -1, -1, -1]);
+        assert_eq!(&v[88..96], &[4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(window_idxs(8, 1, 12).1, vec![5, 6, 7, 0, 1, 2, 3, 4]);
+        assert_eq!(window_idxs(8, 1, 13).1, vec![6, 7, 0, 1, 2, 3, 4, 5]);
+        // Ring still filling: slots beyond the position are absent.
+        assert_eq!(window_idxs(8, 1, 3).1, vec![-1, -1, -1, -1, 0, 1, 2, 3]);
+        // A prefill shorter than the window has one column per token.
+        assert_eq!(
+            window_idxs(8, 3, 0),
+            (3, vec![0, -1, -1, 0, 1, -1, 0, 1, 2])
+        );
+    }
+
+    #[test]
+    fn candidate_blocks_pin_the_newest_block_and_drop_unreachable_picks() {
+        let ninf = f32::NEG_INFINITY;
+        // Decode-like row: 13 positions, blocks of 2, newest position 12 pinned.
+        let score = [
+            0.5, 0.25, 2.0, 1.0, ninf, ninf, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.1,
+        ];
+        let m = select_candidate_blocks(&score, 13, &[13], 3, 2);
+        let kept: Vec<usize> = (0..13).filter(|&p| m[p]).collect();
+        assert_eq!(kept, vec![2, 3, 10, 11, 12]);
+        // Only one reachable block: -inf picks are dropped.
+        let m = select_candidate_blocks(&[1.0, ninf, ninf, ninf], 4, &[1], 3, 2);
+        assert_eq!(m, vec![true, true, false, false]);
+    }
+}
