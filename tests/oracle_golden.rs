@@ -172,3 +172,50 @@ fn shipped_default_golden_is_reproducible_and_agrees_with_v3() {
         }
     }
 }
+
+#[test]
+fn oracle_captures_hold_every_graph_invariant() {
+    let golden = Golden::load(&reference("ds41_tiny_golden.v3.json")).expect("golden");
+    let mut oracle = session::oracle_for(&golden).expect("oracle");
+    let cfg = session::model_of(&golden).expect("model").0;
+    let opts = CheckOptions {
+        invariants: Some(cfg),
+        ..Default::default()
+    };
+    let r = session::run_check(&golden, &mut oracle, &opts).expect("check");
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+}
+
+#[test]
+fn invariant_checks_name_a_broken_sinkhorn_and_routing() {
+    use golden_lens::model::{Capture, CaptureDtype};
+    use golden_lens::session::invariants::check_capture;
+    let golden = Golden::load(&reference("ds41_tiny_golden.v3.json")).expect("golden");
+    let cfg = session::model_of(&golden).expect("model").0;
+    let mut comb = vec![0.25f32; 16];
+    comb[5] = 0.5;
+    let v = check_capture(
+        &cfg,
+        &Capture::f32("L3.attn_comb", vec![1, 1, 4, 4], CaptureDtype::F32, comb),
+        None,
+    );
+    assert!(v.iter().any(|x| x.what.contains("comb row 1")), "{v:?}");
+    let v = check_capture(
+        &cfg,
+        &Capture::f32(
+            "L0.moe_weights",
+            vec![1, 2],
+            CaptureDtype::F32,
+            vec![0.7, 0.7],
+        ),
+        None,
+    );
+    assert!(v.iter().any(|x| x.what.contains("route_scale")), "{v:?}");
+    let v = check_capture(
+        &cfg,
+        &Capture::int("L2.sa_topk_idxs", vec![1, 1, 3], vec![0, -1, 18]),
+        Some(18),
+    );
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].index, 2);
+}

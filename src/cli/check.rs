@@ -73,6 +73,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         only,
         stop_after_regime: args.regime.clone(),
         strict: args.strict,
+        invariants: Some(session::model_of(&golden)?.0),
     };
     let mut oracle = session::oracle_for(&golden)?;
     let report = session::run_check(&golden, &mut oracle, &opts)?;
@@ -113,6 +114,16 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             iso.missing.join(", ")
         );
     }
+    for (regime, v) in &report.violations {
+        println!(
+            "{regime:<10} {:<28} INVARIANT at flat index {}: {}",
+            v.capture, v.index, v.what
+        );
+    }
+    println!(
+        "invariants: {} violations in the backend's own captures",
+        report.violations.len()
+    );
     let s = report.summary();
     println!(
         "bit-exact: {} of {} bf16 captures, {} of {} integer captures exact, {} of {} f32 captures",

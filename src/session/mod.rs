@@ -1,6 +1,7 @@
 //! Runs a backend over a golden's regimes step by step (chained or isolated), compares every
 //! capture with the golden, and builds the report the CLI prints and the app shows.
 
+pub mod invariants;
 pub mod report;
 pub mod writer;
 
@@ -44,6 +45,8 @@ pub struct CheckOptions {
     pub stop_after_regime: Option<String>,
     /// Use the strict policies (bf16 bit-exact) instead of the Atlas bars.
     pub strict: bool,
+    /// Check the backend's own captures against the graph's invariants under this config.
+    pub invariants: Option<ModelConfig>,
 }
 
 impl Default for CheckOptions {
@@ -53,6 +56,7 @@ impl Default for CheckOptions {
             only: None,
             stop_after_regime: None,
             strict: false,
+            invariants: None,
         }
     }
 }
@@ -193,6 +197,11 @@ pub fn run_check(
             }
             let mut caps: Vec<Capture> = Vec::new();
             backend.run(step, &mut caps).map_err(berr)?;
+            if let Some(cfg) = &opts.invariants {
+                for v in invariants::check_step(cfg, &caps) {
+                    report.violations.push((regime_name.clone(), v));
+                }
+            }
             for cap in caps {
                 produced.insert(cap.name.clone());
                 if let Some(re) = &opts.only {

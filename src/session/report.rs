@@ -40,6 +40,8 @@ pub struct Report {
     /// Captures the backend produced that the golden lacks (e.g. v2 captures on a v1 golden).
     pub extra: Vec<(String, String)>,
     pub not_isolated: Vec<StepIsolation>,
+    /// Invariant violations in the backend's own captures (regime, violation).
+    pub violations: Vec<(String, super::invariants::Violation)>,
 }
 
 /// Summary counts of a report.
@@ -65,6 +67,7 @@ impl Report {
             missing: Vec::new(),
             extra: Vec::new(),
             not_isolated: Vec::new(),
+            violations: Vec::new(),
         }
     }
 
@@ -99,7 +102,7 @@ impl Report {
     /// True when every capture passed and nothing the golden holds is missing.
     pub fn ok(&self) -> bool {
         let s = self.summary();
-        s.failed == 0 && s.passed > 0
+        s.failed == 0 && s.passed > 0 && self.violations.is_empty()
     }
 
     /// The first failing row in execution order.
@@ -123,6 +126,7 @@ impl Report {
             "captures": self.rows.iter().map(row_json).collect::<Vec<_>>(),
             "missing": self.missing.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>(),
             "extra": self.extra.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>(),
+            "invariant_violations": self.violations.iter().map(|(r, v)| json!({"regime": r, "capture": v.capture, "index": v.index, "what": v.what})).collect::<Vec<_>>(),
             "not_isolated": self.not_isolated.iter().map(|i| json!({"regime": i.regime, "step": i.step.to_string(), "missing": i.missing})).collect::<Vec<_>>(),
         })
     }
