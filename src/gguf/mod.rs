@@ -2,18 +2,22 @@
 //! reads for engram tables), split sets, engram sidecars, the two deepseek41 dialects, tensor
 //! name mapping, and dequantization of every block type the real files hold.
 
-pub mod cursor;
+mod cursor;
 pub mod dialect;
+pub mod engram;
 pub mod error;
 pub mod ggml_type;
+pub mod info;
 pub mod names;
 pub mod quant;
 pub mod reader;
 pub mod split;
 pub mod value;
 
-pub use dialect::Dialect;
+pub use dialect::{detect_dialect, Deepseek41Meta, Dialect, EngramMeta, EngramStorage};
+pub use engram::{resolve_sidecar, EngramTables};
 pub use error::{GgufError, Result};
 pub use ggml_type::GgmlType;
 pub use reader::{GgufFile, TensorInfo};
+pub use split::GgufSet;
 pub use value::{MetaArray, MetaEntry, MetaValue, ValueType};

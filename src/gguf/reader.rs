@@ -403,10 +403,17 @@ impl GgufFile {
         t.byte_range().is_some_and(|r| r.end <= self.mapped_len())
     }
 
-    /// Reads `len` bytes at absolute `offset`: borrowed from the map when resident, otherwise
-    /// read with `read_exact_at` into a buffer of exactly `len` bytes.
-    pub fn read_bytes(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
-        let end = offset
+    /// Reads `len` bytes at absolute `offset` with `read_exact_at`, never through the map (the
+    /// path for engram rows, which must not be paged into the mapped region).
+    pub fn pread(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        match self.read_unmapped(offset, len)? {
+            Cow::Owned(v) => Ok(v),
+            Cow::Borrowed(b) => Ok(b.to_vec()),
+        }
+    }
+
+    fn read_unmapped(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        offset
             .checked_add(len)
             .filter(|&e| e <= self.file_len)
             .ok_or_else(|| GgufError::Truncated {
@@ -416,11 +423,6 @@ impl GgufFile {
                 needed: len,
                 available: self.file_len.saturating_sub(offset),
             })?;
-        if end <= self.mapped_len() {
-            if let Some(map) = &self.map {
-                return Ok(Cow::Borrowed(&map[offset as usize..end as usize]));
-            }
-        }
         let len_usize = usize::try_from(len).map_err(|_| GgufError::Truncated {
             path: self.path.clone(),
             offset,
@@ -437,6 +439,17 @@ impl GgufFile {
                 source,
             })?;
         Ok(Cow::Owned(buf))
+    }
+
+    /// Reads `len` bytes at absolute `offset`: borrowed from the map when resident, otherwise
+    /// read with `read_exact_at` into a buffer of exactly `len` bytes.
+    pub fn read_bytes(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        if let (Some(end), Some(map)) = (offset.checked_add(len), &self.map) {
+            if end <= map.len() as u64 {
+                return Ok(Cow::Borrowed(&map[offset as usize..end as usize]));
+            }
+        }
+        self.read_unmapped(offset, len)
     }
 
     /// The raw data bytes of tensor `name`.

@@ -26,6 +26,12 @@ pub enum EngramEncoding {
     Ggml(GgmlType),
 }
 
+impl serde::Serialize for EngramEncoding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
 impl EngramEncoding {
     /// Parses the `deepseek41.engram.encoding` string.
     pub fn from_name(name: &str) -> Option<Self> {
