@@ -164,3 +164,61 @@ fn reads_gguf_py_files_like_gguf_py() {
     }
     assert_eq!(n, 4, "one file per alignment 1, 8, 64, 16384");
 }
+
+#[test]
+fn cli_npy_loads_in_numpy() {
+    let Some(python) = python_with_gguf() else {
+        return;
+    };
+    let dir = TempDir::new().unwrap();
+    let values: Vec<f32> = (0..3 * 2 * 32).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let p = Builder::new()
+        .kv("general.architecture", s("deepseek41"))
+        .tensor(tensor(
+            "blk.0.ffn_up_exps.weight",
+            &[32, 2, 3],
+            0,
+            f32_bytes(&values),
+        ))
+        .write(dir.path(), "m.gguf");
+    for (expert, shape) in [(None, vec![3u64, 2, 32]), (Some(1u64), vec![2, 32])] {
+        let npy = dir.path().join("t.npy");
+        let mut args = vec![
+            "gguf".to_string(),
+            "tensor".into(),
+            p.display().to_string(),
+            "blk.0.ffn_up_exps.weight".into(),
+            "--npy".into(),
+            npy.display().to_string(),
+        ];
+        if let Some(e) = expert {
+            args.extend(["--expert".to_string(), e.to_string()]);
+        }
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let raw = dir.path().join("back.f32");
+        let script = "import sys, json, numpy as np\n\
+                      a = np.load(sys.argv[1])\n\
+                      assert a.dtype == np.float32, a.dtype\n\
+                      a.astype('<f4').tofile(sys.argv[2])\n\
+                      print(json.dumps(list(a.shape)))";
+        let o = std::process::Command::new(&python)
+            .args(["-c", script])
+            .arg(&npy)
+            .arg(&raw)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got_shape: Vec<u64> = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(got_shape, shape);
+        let back = read_f32_file(&raw);
+        let want = match expert {
+            None => values.clone(),
+            Some(e) => values[e as usize * 64..(e as usize + 1) * 64].to_vec(),
+        };
+        assert_eq!(back, want);
+    }
+}

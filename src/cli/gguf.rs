@@ -1,15 +1,262 @@
-//! `golden-lens gguf ...`. TO BE IMPLEMENTED.
+//! `golden-lens gguf ...`: inspect deepseek41 GGUF files (single files or split sets) and export
+//! dequantized tensors as `.npy`.
+use anyhow::Context;
 use clap::Subcommand;
+use golden_lens::gguf::info::{build_report, InfoReport};
+use golden_lens::gguf::GgufSet;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Strings longer than this are cut in the text view of `info` (the JSON keeps them whole).
+const TEXT_STRING_PREVIEW_CHARS: usize = 96;
 
 #[derive(Subcommand, Debug)]
 pub enum GgufCmd {
-    /// Print dialect, metadata, tensor table and census of a GGUF.
-    Info { path: std::path::PathBuf },
+    /// Print dialect, metadata, tensor table and census of a GGUF (any shard of a split set
+    /// opens the whole set). Exits 1 when a deepseek41 file fails validation.
+    Info {
+        path: PathBuf,
+        /// Machine-readable output (serde_json) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dequantize one tensor (or one expert slab of a merged 3-D expert tensor) to f32 and write
+    /// it as a .npy v1.0 file, atomically (temp file + rename).
+    Tensor {
+        path: PathBuf,
+        /// GGUF tensor name, e.g. `blk.3.attn_q_a.weight`.
+        name: String,
+        /// Expert index of a merged `[ne0, ne1, n_experts]` tensor.
+        #[arg(long)]
+        expert: Option<u64>,
+        /// Output `.npy` path.
+        #[arg(long)]
+        npy: PathBuf,
+    },
 }
 
 pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        GgufCmd::Info { path } => anyhow::bail!("not yet: {}", path.display()),
+        GgufCmd::Info { path, json } => info(&path, json),
+        GgufCmd::Tensor {
+            path,
+            name,
+            expert,
+            npy,
+        } => tensor(&path, &name, expert, &npy),
+    }
+}
+
+fn info(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let set = GgufSet::open(path)?;
+    let report = build_report(&set)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_text(&report));
+    }
+    let invalid = report.architecture_is_deepseek41() && report.deepseek41_error.is_some();
+    Ok(if invalid {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn short_value(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.chars().count() > TEXT_STRING_PREVIEW_CHARS => {
+            let head: String = s.chars().take(TEXT_STRING_PREVIEW_CHARS).collect();
+            format!("{head:?}… ({} bytes)", s.len())
+        }
+        Value::Object(o) if o.contains_key("count") && o.contains_key("head") => {
+            let head = o.get("head").map(|h| h.to_string()).unwrap_or_default();
+            let count = o.get("count").map(|c| c.to_string()).unwrap_or_default();
+            format!("{} … ({count} elements)", head.trim_end_matches(']'))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn render_text(r: &InfoReport) -> String {
+    let mut s = String::new();
+    for (i, sh) in r.shards.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "shard {}/{}: {} ({} bytes, GGUF v{}, alignment {}, data at {}, {} tensors, {} bytes mapped)",
+            i + 1,
+            r.shards.len(),
+            sh.path,
+            sh.file_len,
+            sh.version,
+            sh.alignment,
+            sh.data_offset,
+            sh.tensor_count,
+            sh.mapped_len
+        );
+    }
+    let _ = writeln!(
+        s,
+        "dialect: {}",
+        r.dialect
+            .as_deref()
+            .unwrap_or("unknown (not a deepseek41 file of a known dialect)")
+    );
+    match (&r.deepseek41, &r.deepseek41_error) {
+        (_, Some(e)) => {
+            let _ = writeln!(s, "deepseek41 metadata: INVALID: {e}");
+        }
+        (Some(m), None) => {
+            let _ = writeln!(s, "deepseek41 metadata: valid");
+            if let Some(e) = m.get("engram").filter(|e| !e.is_null()) {
+                let _ = writeln!(
+                    s,
+                    "engram: encoding {}, layers {}, rows {}, compressed vocab {}, pad {} (constants validated)",
+                    e["encoding"], e["layer_ids"], e["rows"], e["compressed_vocab_size"], e["pad_id"]
+                );
+            }
+        }
+        (None, None) => {}
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    let _ = writeln!(s, "\nmetadata ({} keys):", r.metadata.len());
+    for m in &r.metadata {
+        let _ = writeln!(
+            s,
+            "  {:<48} {:<16} {}",
+            m.key,
+            m.value_type,
+            short_value(&m.value)
+        );
+    }
+    let _ = writeln!(s, "\ntensors ({}):", r.tensors.len());
+    let _ = writeln!(
+        s,
+        "  {:<40} {:<8} {:<28} {:>5} {:>16} {:>16}",
+        "name", "type", "dims (ggml ne)", "shard", "offset", "bytes"
+    );
+    for t in &r.tensors {
+        let dims = format!("{:?}", t.dims);
+        let bytes = t
+            .n_bytes
+            .map_or_else(|| "unknown".to_string(), |b| b.to_string());
+        let _ = writeln!(
+            s,
+            "  {:<40} {:<8} {:<28} {:>5} {:>16} {:>16}",
+            t.name, t.ggml_type, dims, t.shard, t.offset, bytes
+        );
+    }
+    let _ = writeln!(s, "\ncensus:");
+    let _ = writeln!(
+        s,
+        "  {:<8} {:>6} {:>18} {:>18} {:>8}",
+        "type", "count", "bytes", "elements", "bpw"
+    );
+    for c in &r.census {
+        let bpw = c
+            .bits_per_weight
+            .map_or_else(|| "-".to_string(), |b| format!("{b:.4}"));
+        let _ = writeln!(
+            s,
+            "  {:<8} {:>6} {:>18} {:>18} {:>8}",
+            c.ggml_type, c.count, c.bytes, c.n_elements, bpw
+        );
+    }
+    s
+}
+
+fn tensor(path: &Path, name: &str, expert: Option<u64>, npy: &Path) -> anyhow::Result<ExitCode> {
+    let set = GgufSet::open(path)?;
+    let (_, t) = set.require_tensor(name)?;
+    // numpy shape is the reversed ggml ne order (row-major, ne0 fastest).
+    let (values, shape): (Vec<f32>, Vec<u64>) = match expert {
+        Some(e) => {
+            let v = set.expert_f32(name, e)?;
+            (v, vec![t.dims[1], t.dims[0]])
+        }
+        None => (
+            set.tensor_f32(name)?,
+            t.dims.iter().rev().copied().collect(),
+        ),
+    };
+    write_npy_f32_atomic(npy, &shape, &values)
+        .with_context(|| format!("writing {}", npy.display()))?;
+    println!(
+        "wrote {} ({}{}, {} values, shape {:?}, from {})",
+        npy.display(),
+        name,
+        expert.map_or(String::new(), |e| format!(" expert {e}")),
+        values.len(),
+        shape,
+        t.ggml_type
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The .npy v1.0 header for a little-endian f32 C-order array of `shape`, padded so the data
+/// starts at a multiple of 64 bytes.
+fn npy_header(shape: &[u64]) -> Vec<u8> {
+    let dims = match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {dims}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat((64 - unpadded % 64) % 64));
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((dict.len() as u16).to_le_bytes());
+    out.extend(dict.as_bytes());
+    out
+}
+
+/// Writes `values` as .npy to `<path>.tmp`, syncs it, then renames it over `path`, so a reader
+/// never sees a half-written file.
+fn write_npy_f32_atomic(path: &Path, shape: &[u64], values: &[f32]) -> anyhow::Result<()> {
+    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    let result = (|| -> anyhow::Result<()> {
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        w.write_all(&npy_header(shape))?;
+        for v in values {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_header_is_aligned_and_well_formed() {
+        for shape in [vec![], vec![5], vec![3, 4], vec![2, 3, 4, 5]] {
+            let h = npy_header(&shape);
+            assert_eq!(h.len() % 64, 0, "{shape:?}");
+            assert_eq!(&h[..8], b"\x93NUMPY\x01\x00");
+            assert_eq!(*h.last().unwrap(), b'\n');
+        }
+        let h = String::from_utf8(npy_header(&[7])[10..].to_vec()).unwrap();
+        assert!(h.contains("'shape': (7,)"), "{h}");
     }
 }

@@ -136,6 +136,8 @@ pub struct ShardRow {
 pub struct InfoReport {
     /// Shards (one for a plain file).
     pub shards: Vec<ShardRow>,
+    /// `general.architecture` of shard 0, when it is a string.
+    pub architecture: Option<String>,
     /// deepseek41 dialect, when detected.
     pub dialect: Option<String>,
     /// Why no dialect was detected, or why the deepseek41 metadata did not validate.
@@ -150,6 +152,17 @@ pub struct InfoReport {
     pub tensors: Vec<TensorRow>,
     /// One row per GGML type present, plus a `total` row.
     pub census: Vec<CensusRow>,
+}
+
+impl InfoReport {
+    /// Whether the file calls itself deepseek41 (or the legacy `deepseek4`), so that a failed
+    /// validation is a real problem rather than "some other model".
+    pub fn architecture_is_deepseek41(&self) -> bool {
+        matches!(
+            self.architecture.as_deref(),
+            Some("deepseek41" | "deepseek4")
+        )
+    }
 }
 
 fn census_row(ggml_type: String, count: u64, bytes: u64, n_elements: u64) -> CensusRow {
@@ -235,8 +248,13 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
             Err(e) => (Some(dialect), None, Some(e.to_string()), Vec::new()),
         },
     };
+    let architecture = primary
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .map(str::to_string);
     Ok(InfoReport {
         shards,
+        architecture,
         dialect: dialect.map(|d| d.name().to_string()),
         deepseek41_error,
         deepseek41,
