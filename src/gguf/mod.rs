@@ -13,6 +13,7 @@ pub mod quant;
 pub mod reader;
 pub mod split;
 pub mod value;
+pub mod writer;
 
 pub use dialect::{detect_dialect, Deepseek41Meta, Dialect, EngramMeta, EngramStorage};
 pub use engram::{resolve_sidecar, EngramTables};
@@ -21,3 +22,4 @@ pub use ggml_type::GgmlType;
 pub use reader::{GgufFile, TensorInfo};
 pub use split::GgufSet;
 pub use value::{MetaArray, MetaEntry, MetaValue, ValueType};
+pub use writer::{GgufValue, GgufWriter};
