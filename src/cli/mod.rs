@@ -3,6 +3,7 @@
 pub mod check;
 pub mod gguf;
 pub mod golden;
+pub mod selftest;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +29,8 @@ pub enum Command {
     Gguf(gguf::GgufCmd),
     /// Run backends over a golden and compare every capture; exits 1 on any failure.
     Check(check::CheckArgs),
+    /// Plant every fault kind and require the check to catch each at the planted capture.
+    Selftest(selftest::SelftestArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -35,6 +38,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Golden(cmd)) => golden::run(cmd),
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Check(args)) => check::run(args),
+        Some(Command::Selftest(args)) => selftest::run(args),
         None => {
             // The desktop window is not built yet: run the headless check on the embedded
             // default golden, which is what the window would show first.

@@ -1,6 +1,7 @@
 //! Attention (spec §11) and the shared compressed branch: Compressor, Indexer, candidate blocks
 //! (spec §12), with the shared slots' pointer semantics.
 
+use super::faults::FaultKind;
 use super::ops::{dot_f64, gemm_bf16, gemm_f32, rmsnorm, softmax_in_place};
 use super::{invalid, Oracle};
 use crate::model::{BackendError, Capture, CaptureDtype, Step};
@@ -145,18 +146,22 @@ impl Oracle {
             &[nh * hd, cfg.q_lora_rank],
         )?;
         let mut q = gemm_bf16(&qr, s, cfg.q_lora_rank, &wq_b, nh * hd);
+        let q_inverse = self
+            .faults
+            .structural(FaultKind::RopeSign, &format!("L{l}.sa_q"), sp);
         for t in 0..s {
             for h in 0..nh {
                 let b = (t * nh + h) * hd;
-                self.rope(l).apply(&mut q[b..b + hd], sp + t, false);
+                self.rope(l).apply(&mut q[b..b + hd], sp + t, q_inverse);
             }
         }
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             format!("L{l}.sa_q"),
             vec![1, s, nh, hd],
             CaptureDtype::Bf16,
-            q.clone(),
-        ));
+            &mut q,
+        );
         let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
         let kv_norm = self.w(step, &format!("{p}.kv_norm.weight"), &[hd])?;
         let mut kv = rmsnorm(&gemm_bf16(x, s, d, &wkv, hd), &kv_norm, cfg.norm_eps);
@@ -183,9 +188,17 @@ impl Oracle {
             ring[slot * hd..(slot + 1) * hd].copy_from_slice(&kv);
             ring.clone()
         };
-        let (ww, widx) = window_idxs(win, s, sp);
+        let (ww, mut widx) = window_idxs(win, s, sp);
         let offset = window_kv.len() / hd;
-        let (kv_all, idx_w, idx) = if role.ratio > 0 {
+        if self
+            .faults
+            .structural(FaultKind::WindowOffByOne, &format!("L{l}.sa_topk_idxs"), sp)
+        {
+            widx.iter_mut()
+                .filter(|j| **j >= 0)
+                .for_each(|j| *j = (*j + 1) % offset as i64);
+        }
+        let (mut kv_all, idx_w, mut idx) = if role.ratio > 0 {
             let (ckv, cw, cidx) = self.compress_branch(step, l, x, &qr, offset)?;
             let mut all = window_kv;
             all.extend_from_slice(&ckv);
@@ -212,26 +225,29 @@ impl Oracle {
                 format!("attention index {bad} beyond the {n_rows} kv rows"),
             ));
         }
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             format!("L{l}.sa_kv"),
             vec![1, n_rows, hd],
             CaptureDtype::Bf16,
-            kv_all.clone(),
-        ));
-        out.push(Capture::int(
+            &mut kv_all,
+        );
+        self.put_int(
+            out,
             format!("L{l}.sa_topk_idxs"),
             vec![1, s, idx_w],
-            idx.clone(),
-        ));
+            &mut idx,
+        );
         let sink = self.w(step, &format!("{p}.attn_sink"), &[nh])?;
         let scale = (hd as f64).powf(-0.5) as f32;
         let mut o = sparse_attn(&q, &kv_all, &sink, &idx, nh, hd, idx_w, scale);
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             format!("L{l}.sa_o"),
             vec![1, s, nh, hd],
             CaptureDtype::Bf16,
-            o.clone(),
-        ));
+            &mut o,
+        );
         for t in 0..s {
             for h in 0..nh {
                 let b = (t * nh + h) * hd;

@@ -1,7 +1,8 @@
 //! The CPU oracle: DeepSeek-V4.1's forward as a step-wise backend, rounding exactly where the
 //! reference rounds (spec §6-§15), with state persisting across regimes.
 
-mod attn;
+pub mod attn;
+pub mod faults;
 pub mod hc;
 mod isolate;
 pub mod moe;
@@ -42,6 +43,8 @@ pub struct Oracle {
     pre_mix: Vec<f32>,
     /// Pinned selections for this regime (empty unless pinning).
     pub pins: Pins,
+    /// Faults planted on purpose (self-test, localisation tests); empty in normal use.
+    pub faults: faults::FaultPlan,
 }
 
 fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
@@ -88,6 +91,7 @@ impl Oracle {
             h: Vec::new(),
             pre_mix: Vec::new(),
             pins: Pins::default(),
+            faults: faults::FaultPlan::default(),
         }
     }
 
@@ -157,7 +161,9 @@ impl Oracle {
 
     fn step_engram_hash(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {
         let s = self.s();
-        out.push(Capture::int("input_ids", vec![1, s], self.ids.clone()));
+        let mut taken = std::mem::take(&mut self.ids);
+        self.put_int(out, "input_ids", vec![1, s], &mut taken);
+        self.ids = taken;
         let Some(ecfg) = self.cfg.engram.clone() else {
             self.hashes.clear();
             return Ok(());
@@ -214,11 +220,7 @@ impl Oracle {
                 }
             }
         }
-        out.push(Capture::int(
-            "engram_hashes",
-            vec![1, s, n_eng, cols],
-            hashes.clone(),
-        ));
+        self.put_int(out, "engram_hashes", vec![1, s, n_eng, cols], &mut hashes);
         self.hashes = hashes;
         Ok(())
     }
@@ -245,19 +247,14 @@ impl Oracle {
                 ),
             ));
         }
-        let e =
+        let mut e =
             self.weights
                 .rows("embed.weight", &rows)
                 .map_err(|source| BackendError::Weight {
                     step: step.to_string(),
                     source,
                 })?;
-        out.push(Capture::f32(
-            "embed",
-            vec![1, s, d],
-            CaptureDtype::Bf16,
-            e.clone(),
-        ));
+        self.put_f32(out, "embed", vec![1, s, d], CaptureDtype::Bf16, &mut e);
         let mut h = Vec::with_capacity(s * hc * d);
         for t in 0..s {
             for _ in 0..hc {
@@ -295,22 +292,26 @@ impl Oracle {
         if self.hashes.len() != s * n_eng * cols {
             return Err(invalid(step, "EngramHash must run before Engram"));
         }
-        out.push(Capture::f32(
+        let mut taken = std::mem::take(&mut self.h);
+        self.put_f32(
+            out,
             format!("L{l}.engram_in"),
             vec![1, s, hc, d],
             CaptureDtype::Bf16,
-            self.h.clone(),
-        ));
-        let ids: Vec<i64> = (0..s)
+            &mut taken,
+        );
+        self.h = taken;
+        let mut ids: Vec<i64> = (0..s)
             .flat_map(|t| {
                 self.hashes[(t * n_eng + li) * cols..(t * n_eng + li + 1) * cols].to_vec()
             })
             .collect();
-        out.push(Capture::int(
+        self.put_int(
+            out,
             format!("L{l}.engram_hash_ids"),
             vec![1, s, cols],
-            ids.clone(),
-        ));
+            &mut ids,
+        );
         let pre = format!("layers.{l}.engram");
         let n_blocks = hd / 32;
         let rows: Vec<usize> = ids
@@ -351,26 +352,28 @@ impl Oracle {
             .weights
             .rows(&format!("{pre}.embed.scale"), &rows)
             .map_err(werr)?;
-        let emb: Vec<f32> = table
+        let mut emb: Vec<f32> = table
             .iter()
             .enumerate()
             .map(|(i, &v)| bf16_round(v * scales[(i / hd) * n_blocks + (i % hd) / 32]))
             .collect();
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             format!("L{l}.engram_embed"),
             vec![1, s, cols, hd],
             CaptureDtype::Bf16,
-            emb.clone(),
-        ));
+            &mut emb,
+        );
         let kv_w = (hc + 1) * d;
         let wkv = self.w(step, &format!("{pre}.wkv.weight"), &[kv_w, cols * hd])?;
-        let kv = gemm_bf16(&emb, s, cols * hd, &wkv, kv_w);
-        out.push(Capture::f32(
+        let mut kv = gemm_bf16(&emb, s, cols * hd, &wkv, kv_w);
+        self.put_f32(
+            out,
             format!("L{l}.engram_kv"),
             vec![1, s, kv_w],
             CaptureDtype::Bf16,
-            kv.clone(),
-        ));
+            &mut kv,
+        );
         let qw = self.w(step, &format!("{pre}.q_weight"), &[hc, d])?;
         let kw = self.w(step, &format!("{pre}.k_weight"), &[hc, d])?;
         let eps = self.cfg.norm_eps;
@@ -395,12 +398,13 @@ impl Oracle {
                 }
             }
         }
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             format!("L{l}.engram_out"),
             vec![1, s, hc, d],
             CaptureDtype::Bf16,
-            new_h.clone(),
-        ));
+            &mut new_h,
+        );
         self.h = new_h;
         Ok(())
     }
@@ -421,18 +425,24 @@ impl Oracle {
         }
         let p = format!("layers.{l}");
         let cap = |n: &str| format!("L{l}.{n}");
-        out.push(Capture::f32(
+        let mut taken = std::mem::take(&mut self.h);
+        self.put_f32(
+            out,
             cap("h_in"),
             vec![1, s, hc, d],
             CaptureDtype::Bf16,
-            self.h.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut taken,
+        );
+        self.h = taken;
+        let mut taken = std::mem::take(&mut self.pre_mix);
+        self.put_f32(
+            out,
             cap("pre_mix_in"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            self.pre_mix.clone(),
-        ));
+            &mut taken,
+        );
+        self.pre_mix = taken;
         let mix = cfg.mix_hc();
         let hc_fn = |me: &Self, site: &str| -> Result<_, BackendError> {
             Ok((
@@ -442,7 +452,7 @@ impl Oracle {
             ))
         };
         let (afn, ascale, abase) = hc_fn(self, "attn")?;
-        let am = hc::hc_mixes(
+        let mut am = hc::hc_mixes(
             &self.h,
             hc,
             d,
@@ -453,46 +463,51 @@ impl Oracle {
             cfg.hc_eps,
             cfg.hc_sinkhorn_iters,
         );
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             cap("attn_pre"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            am.pre.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut am.pre,
+        );
+        self.put_f32(
+            out,
             cap("attn_post"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            am.post.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut am.post,
+        );
+        self.put_f32(
+            out,
             cap("attn_comb"),
             vec![1, s, hc, hc],
             CaptureDtype::F32,
-            am.comb.clone(),
-        ));
+            &mut am.comb,
+        );
         let attn_norm = self.w(step, &format!("{p}.attn_norm.weight"), &[d])?;
-        let a_in = rmsnorm(
+        let mut a_in = rmsnorm(
             &hc::hc_pre(&self.h, &self.pre_mix, hc, d),
             &attn_norm,
             cfg.norm_eps,
         );
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             cap("attn_in"),
             vec![1, s, d],
             CaptureDtype::Bf16,
-            a_in.clone(),
-        ));
-        let a_out = self.attention(step, l, &a_in, out)?;
-        out.push(Capture::f32(
+            &mut a_in,
+        );
+        let mut a_out = self.attention(step, l, &a_in, out)?;
+        self.put_f32(
+            out,
             cap("attn_out"),
             vec![1, s, d],
             CaptureDtype::Bf16,
-            a_out.clone(),
-        ));
+            &mut a_out,
+        );
         let h1 = hc::hc_post(&a_out, &self.h, &am.post, &am.comb, hc, d);
         let (ffn_fn, fscale, fbase) = hc_fn(self, "ffn")?;
-        let fm = hc::hc_mixes(
+        let mut fm = hc::hc_mixes(
             &h1,
             hc,
             d,
@@ -503,52 +518,59 @@ impl Oracle {
             cfg.hc_eps,
             cfg.hc_sinkhorn_iters,
         );
-        out.push(Capture::f32(
+        self.put_f32(
+            out,
             cap("ffn_pre"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            fm.pre.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut fm.pre,
+        );
+        self.put_f32(
+            out,
             cap("ffn_post"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            fm.post.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut fm.post,
+        );
+        self.put_f32(
+            out,
             cap("ffn_comb"),
             vec![1, s, hc, hc],
             CaptureDtype::F32,
-            fm.comb.clone(),
-        ));
+            &mut fm.comb,
+        );
         let ffn_norm = self.w(step, &format!("{p}.ffn_norm.weight"), &[d])?;
-        let f_in = rmsnorm(&hc::hc_pre(&h1, &am.pre, hc, d), &ffn_norm, cfg.norm_eps);
-        out.push(Capture::f32(
+        let mut f_in = rmsnorm(&hc::hc_pre(&h1, &am.pre, hc, d), &ffn_norm, cfg.norm_eps);
+        self.put_f32(
+            out,
             cap("ffn_in"),
             vec![1, s, d],
             CaptureDtype::Bf16,
-            f_in.clone(),
-        ));
-        let f_out = self.moe(step, l, &f_in, out)?;
-        out.push(Capture::f32(
+            &mut f_in,
+        );
+        let mut f_out = self.moe(step, l, &f_in, out)?;
+        self.put_f32(
+            out,
             cap("ffn_out"),
             vec![1, s, d],
             CaptureDtype::Bf16,
-            f_out.clone(),
-        ));
-        let h2 = hc::hc_post(&f_out, &h1, &fm.post, &fm.comb, hc, d);
-        out.push(Capture::f32(
+            &mut f_out,
+        );
+        let mut h2 = hc::hc_post(&f_out, &h1, &fm.post, &fm.comb, hc, d);
+        self.put_f32(
+            out,
             cap("h_out"),
             vec![1, s, hc, d],
             CaptureDtype::Bf16,
-            h2.clone(),
-        ));
-        out.push(Capture::f32(
+            &mut h2,
+        );
+        self.put_f32(
+            out,
             cap("pre_mix_out"),
             vec![1, s, hc],
             CaptureDtype::F32,
-            fm.pre.clone(),
-        ));
+            &mut fm.pre,
+        );
         self.h = h2;
         self.pre_mix = fm.pre;
         if cfg.is_shared_capture_layer(l) {
@@ -621,18 +643,20 @@ impl Oracle {
             .get(&l)
             .filter(|v| v.len() == s * k)
             .map(|v| v.as_slice());
-        let routing = moe::route(cfg, &scores, &bias, pinned);
-        out.push(Capture::f32(
+        let mut routing = moe::route(cfg, &scores, &bias, pinned);
+        self.put_f32(
+            out,
             format!("L{l}.moe_weights"),
             vec![s, k],
             CaptureDtype::F32,
-            routing.weights.clone(),
-        ));
-        out.push(Capture::int(
+            &mut routing.weights,
+        );
+        self.put_int(
+            out,
             format!("L{l}.moe_indices"),
             vec![s, k],
-            routing.indices.clone(),
-        ));
+            &mut routing.indices,
+        );
         let mut y = vec![0f32; s * d];
         for ex in 0..e {
             let mut rows = Vec::new();
@@ -681,29 +705,26 @@ impl Oracle {
         if self.h.len() != s * hc * d {
             return Err(invalid(step, "the stream is not initialised"));
         }
-        let hf = hc::hc_pre(&self.h, &self.pre_mix, hc, d);
-        out.push(Capture::f32(
-            "h_final",
-            vec![1, s, d],
-            CaptureDtype::Bf16,
-            hf.clone(),
-        ));
+        let mut hf = hc::hc_pre(&self.h, &self.pre_mix, hc, d);
+        self.put_f32(out, "h_final", vec![1, s, d], CaptureDtype::Bf16, &mut hf);
         let norm = self.w(step, "norm.weight", &[d])?;
-        let head_in = rmsnorm(&hf, &norm, self.cfg.norm_eps);
-        out.push(Capture::f32(
+        let mut head_in = rmsnorm(&hf, &norm, self.cfg.norm_eps);
+        self.put_f32(
+            out,
             "head_in",
             vec![1, s, d],
             CaptureDtype::Bf16,
-            head_in.clone(),
-        ));
+            &mut head_in,
+        );
         let head = self.w(step, "head.weight", &[v, d])?;
-        let logits = gemm_f32(&head_in, s, d, &head, v);
-        out.push(Capture::f32(
+        let mut logits = gemm_f32(&head_in, s, d, &head, v);
+        self.put_f32(
+            out,
             "logits_full",
             vec![1, s, v],
             CaptureDtype::F32,
-            logits,
-        ));
+            &mut logits,
+        );
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod invariants;
 pub mod report;
+pub mod selftest;
 pub mod writer;
 
 use crate::golden::compare::{compare_with_golden, Values};

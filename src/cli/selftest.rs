@@ -1,0 +1,30 @@
+//! `golden-lens selftest`: plant every fault kind, require each to be caught at the planted
+//! capture; prints the table and exits non-zero on any miss.
+
+use golden_lens::golden::Golden;
+use golden_lens::session::selftest::{default_targets, run_oracle_selftest, table};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct SelftestArgs {
+    /// The golden to run against (default: the embedded golden/ds41_tiny.json).
+    #[arg(long)]
+    pub golden: Option<PathBuf>,
+}
+
+pub fn run(args: SelftestArgs) -> anyhow::Result<ExitCode> {
+    let golden = match &args.golden {
+        Some(p) => Golden::load(p)?,
+        None => golden_lens::golden::embedded::default_golden()?,
+    };
+    let rows = run_oracle_selftest(&golden, &default_targets())?;
+    print!("{}", table(&rows));
+    let misses = rows.iter().filter(|r| !r.ok).count();
+    println!("{} passed, {} failed", rows.len() - misses, misses);
+    Ok(if misses == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

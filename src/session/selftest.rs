@@ -1,0 +1,118 @@
+//! The comparator self-test: plant every fault kind at a known capture, run the check, and
+//! require that the fault is caught and that the first failing capture is the planted one.
+//! The verdict uses the strict policies (bf16 bit-exact, which the oracle meets); the table also
+//! says whether the looser Atlas bars alone would have caught it.
+
+use super::{model_of, run_check, CheckOptions, SessionError};
+use crate::golden::Golden;
+use crate::model::{FillerSource, WeightSource};
+use crate::oracle::faults::{Fault, FaultKind, FaultPlan};
+use crate::oracle::Oracle;
+use std::sync::Arc;
+
+/// One planted fault and what the check made of it.
+#[derive(Debug, Clone)]
+pub struct SelftestRow {
+    pub backend: String,
+    pub kind: FaultKind,
+    pub planted_at: String,
+    /// The check failed at all under the strict policies (bf16 bit-exact).
+    pub caught: bool,
+    /// The check failed under the looser Atlas bars too.
+    pub caught_by_atlas_bars: bool,
+    /// `regime capture` of the first failing row.
+    pub first_failure: Option<String>,
+    /// Captures that failed in total (the planted one and what it carried downstream).
+    pub failing_captures: usize,
+    /// Caught, and the first failure is the planted capture in the first regime.
+    pub ok: bool,
+}
+
+/// Where each kind is planted: spread over layers and sublayers so the table exercises the
+/// attention, MoE, stream and index paths.
+pub fn default_targets() -> Vec<Fault> {
+    let at = |kind: FaultKind, capture: &str| Fault {
+        kind,
+        capture: capture.into(),
+        regime_start: None,
+        index: 0,
+    };
+    vec![
+        at(FaultKind::BitFlip, "L3.attn_out"),
+        at(FaultKind::Perturb(1e-2), "L2.sa_o"),
+        at(FaultKind::DroppedWorkgroup, "L4.ffn_out"),
+        at(FaultKind::StaleBuffer, "L1.h_out"),
+        at(FaultKind::RopeSign, "L2.sa_q"),
+        at(FaultKind::WindowOffByOne, "L0.sa_topk_idxs"),
+        at(FaultKind::BitFlip, "L5.moe_indices"),
+        at(FaultKind::Perturb(1e-3), "L0.attn_comb"),
+    ]
+}
+
+/// Run the oracle with each fault planted and report what the check caught.
+pub fn run_oracle_selftest(
+    golden: &Golden,
+    targets: &[Fault],
+) -> Result<Vec<SelftestRow>, SessionError> {
+    let (cfg, tables) = model_of(golden)?;
+    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
+        golden.source.display().to_string(),
+        &golden.weights_meta,
+    ));
+    let first_regime = golden
+        .regimes
+        .first()
+        .map(|r| r.name.clone())
+        .unwrap_or_default();
+    let mut rows = Vec::new();
+    for fault in targets {
+        let mut oracle = Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+        oracle.faults = FaultPlan::new(vec![fault.clone()]);
+        let strict = CheckOptions {
+            strict: true,
+            ..Default::default()
+        };
+        let report = run_check(golden, &mut oracle, &strict)?;
+        let mut atlas_oracle = Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+        atlas_oracle.faults = FaultPlan::new(vec![fault.clone()]);
+        let caught_by_atlas_bars =
+            !run_check(golden, &mut atlas_oracle, &CheckOptions::default())?.ok();
+        let first = report.first_failure();
+        let caught = !report.ok();
+        let ok =
+            caught && first.is_some_and(|f| f.name == fault.capture && f.regime == first_regime);
+        rows.push(SelftestRow {
+            backend: "cpu".into(),
+            kind: fault.kind,
+            planted_at: fault.capture.clone(),
+            caught,
+            caught_by_atlas_bars,
+            first_failure: first.map(|f| format!("{} {}", f.regime, f.name)),
+            failing_captures: report.rows.iter().filter(|r| !r.cmp.pass).count(),
+            ok,
+        });
+    }
+    Ok(rows)
+}
+
+/// The self-test table as text.
+pub fn table(rows: &[SelftestRow]) -> String {
+    let mut s = format!(
+        "{:<8} {:<20} {:<22} {:<7} {:<7} {:<32} {:>8}  result\n",
+        "backend", "fault", "planted at", "strict", "atlas", "first failure (strict)", "failing"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<8} {:<20} {:<22} {:<7} {:<7} {:<32} {:>8}  {}\n",
+            r.backend,
+            r.kind.to_string(),
+            r.planted_at,
+            if r.caught { "yes" } else { "NO" },
+            if r.caught_by_atlas_bars { "yes" } else { "no" },
+            r.first_failure.as_deref().unwrap_or("-"),
+            r.failing_captures,
+            if r.ok { "ok" } else { "MISS" }
+        ));
+    }
+    s
+}
