@@ -36,6 +36,16 @@ pub enum GgufCmd {
         #[arg(long)]
         npy: PathBuf,
     },
+    /// Write a sparse file with the real antirez tensor plan and metadata geometry (1046 tensors,
+    /// 16 KiB alignment, engram tables last); tensor data are holes, so it costs a few MB.
+    Synth {
+        /// `antirez-q2` (365,713,686,528-byte layout) or `antirez-q4`.
+        #[arg(long, default_value = "antirez-q2")]
+        layout: String,
+        /// Output path.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
@@ -47,6 +57,7 @@ pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
             expert,
             npy,
         } => tensor(&path, &name, expert, &npy),
+        GgufCmd::Synth { layout, out } => synth(&layout, &out),
     }
 }
 
@@ -194,6 +205,21 @@ fn tensor(path: &Path, name: &str, expert: Option<u64>, npy: &Path) -> anyhow::R
         values.len(),
         shape,
         t.ggml_type
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn synth(layout: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    use golden_lens::gguf::synth::{write_sparse_layout, RealLayout};
+    let layout = RealLayout::from_name(layout)
+        .with_context(|| format!("--layout {layout}: expected antirez-q2 or antirez-q4"))?;
+    let data_offset = write_sparse_layout(out, layout)?;
+    let len = std::fs::metadata(out)?.len();
+    println!(
+        "wrote {} ({len} bytes apparent, data at {data_offset}; the real file is {} bytes with data at {})",
+        out.display(),
+        layout.real_file_len(),
+        RealLayout::REAL_DATA_OFFSET
     );
     Ok(ExitCode::SUCCESS)
 }

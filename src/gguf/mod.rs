@@ -12,6 +12,7 @@ pub mod names;
 pub mod quant;
 pub mod reader;
 pub mod split;
+pub mod synth;
 pub mod value;
 pub mod writer;
 

@@ -9,6 +9,7 @@ use super::reader::{align_up, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS, MAX_TENSO
 use super::value::ValueType;
 use std::collections::HashSet;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// A metadata value to write. Arrays carry their element type so that, for example, a list of
@@ -147,7 +148,9 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     ggml_type: GgmlType,
-    data: Vec<u8>,
+    n_bytes: u64,
+    /// `None`: all-zero data, left as a hole in a sparse file.
+    data: Option<Vec<u8>>,
 }
 
 /// Collects metadata and tensors, then writes one GGUF v3 file.
@@ -222,6 +225,22 @@ impl GgufWriter {
         ggml_type: GgmlType,
         data: Vec<u8>,
     ) -> Result<()> {
+        self.push_tensor(name, dims, ggml_type, Some(data))
+    }
+
+    /// Appends an all-zero tensor that is never materialised: the writer leaves a hole, so a
+    /// real-size layout costs only its header on a filesystem with sparse files.
+    pub fn add_zero_tensor(&mut self, name: &str, dims: &[u64], ggml_type: GgmlType) -> Result<()> {
+        self.push_tensor(name, dims, ggml_type, None)
+    }
+
+    fn push_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+        data: Option<Vec<u8>>,
+    ) -> Result<()> {
         let bad = |problem: String| GgufError::BadRequest {
             path: PathBuf::from("<writer>"),
             tensor: name.to_string(),
@@ -240,6 +259,7 @@ impl GgufWriter {
         let n_elements = dims
             .iter()
             .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(|| bad("element count overflows".into()))?;
         let (block_values, block_bytes) = ggml_type
             .block_layout()
@@ -250,12 +270,16 @@ impl GgufWriter {
                 "ne0 = {ne0} is not a multiple of the {ggml_type} block size {block_values}"
             )));
         }
-        let n_bytes = n_elements / block_values as u64 * block_bytes as u64;
-        if data.len() as u64 != n_bytes {
-            return Err(bad(format!(
-                "{} data bytes; {ggml_type} {dims:?} needs {n_bytes}",
-                data.len()
-            )));
+        let n_bytes = (n_elements / block_values as u64)
+            .checked_mul(block_bytes as u64)
+            .ok_or_else(|| bad("byte size overflows".into()))?;
+        if let Some(d) = &data {
+            if d.len() as u64 != n_bytes {
+                return Err(bad(format!(
+                    "{} data bytes; {ggml_type} {dims:?} needs {n_bytes}",
+                    d.len()
+                )));
+            }
         }
         if !self.names.insert(name.to_string()) {
             return Err(bad("duplicate tensor name".into()));
@@ -264,14 +288,17 @@ impl GgufWriter {
             name: name.to_string(),
             dims: dims.to_vec(),
             ggml_type,
+            n_bytes,
             data,
         });
         Ok(())
     }
 
-    /// The complete file image.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// Header bytes (magic through tensor infos, padded to the alignment), the relative offset
+    /// of every tensor, and the padded end of the file.
+    fn layout(&self) -> Result<(Vec<u8>, Vec<u64>, u64)> {
         let a = self.alignment;
+        let overflow = || Self::invalid("file layout overflows 64 bits".into());
         let mut out = GGUF_MAGIC.to_vec();
         out.extend(3u32.to_le_bytes());
         out.extend((self.tensors.len() as u64).to_le_bytes());
@@ -292,20 +319,24 @@ impl GgufWriter {
             out.extend(t.ggml_type.id().to_le_bytes());
             out.extend(offset.to_le_bytes());
             offsets.push(offset);
-            offset = align_up(offset + t.data.len() as u64, a).unwrap_or(u64::MAX);
+            offset = offset
+                .checked_add(t.n_bytes)
+                .and_then(|e| align_up(e, a))
+                .ok_or_else(overflow)?;
         }
-        let data_start = align_up(out.len() as u64, a).unwrap_or(u64::MAX) as usize;
-        out.resize(data_start, 0);
-        for (t, off) in self.tensors.iter().zip(offsets) {
-            out.resize(data_start + off as usize, 0);
-            out.extend(&t.data);
-        }
-        let end = align_up(out.len() as u64, a).unwrap_or(u64::MAX) as usize;
-        out.resize(end, 0);
-        out
+        let data_start = align_up(out.len() as u64, a).ok_or_else(overflow)?;
+        out.resize(data_start as usize, 0);
+        let end = data_start.checked_add(offset).ok_or_else(overflow)?;
+        Ok((out, offsets, end))
     }
 
-    /// Writes the file atomically: `<path>.tmp`, fsync, rename.
+    /// Absolute offset of the data section the written file will have.
+    pub fn data_offset(&self) -> Result<u64> {
+        Ok(self.layout()?.0.len() as u64)
+    }
+
+    /// Writes the file atomically (`<path>.tmp`, fsync, rename). Tensors added with
+    /// [`add_zero_tensor`](Self::add_zero_tensor) and all padding are left as holes.
     pub fn write(&self, path: &Path) -> Result<()> {
         let tmp = PathBuf::from(format!("{}.tmp", path.display()));
         let io = |action: &'static str| {
@@ -317,8 +348,18 @@ impl GgufWriter {
             }
         };
         let result = (|| {
+            let (header, offsets, end) = self.layout()?;
+            let data_start = header.len() as u64;
             let mut f = std::fs::File::create(&tmp).map_err(io("create"))?;
-            f.write_all(&self.to_bytes()).map_err(io("write"))?;
+            f.write_all(&header).map_err(io("write"))?;
+            for (t, off) in self.tensors.iter().zip(offsets) {
+                if let Some(data) = &t.data {
+                    f.write_all_at(data, data_start + off)
+                        .map_err(io("write"))?;
+                }
+            }
+            // Extends the file to its padded end; zero tensors and padding stay holes.
+            f.set_len(end).map_err(io("extend"))?;
             f.sync_all().map_err(io("sync"))?;
             std::fs::rename(&tmp, path).map_err(io("rename"))
         })();
