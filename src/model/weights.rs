@@ -1,7 +1,8 @@
 //! `WeightSource`: "give me parameter P as f32 values in its stored precision". The filler source
-//! regenerates the tiny model from `weights_meta`; the GGUF source (in `gguf`) dequantizes from a
-//! mapped file. Parameters are produced lazily and cached, so a real-dims graph materialises only
-//! what a step touches (unrouted experts never).
+//! regenerates a model from a parameter list (a golden's `weights_meta`, or one derived from a
+//! config by `params::param_list`); the GGUF source (in `gguf`) dequantizes from a mapped file.
+//! Parameters are produced lazily and cached under a byte budget, so a real-dims graph
+//! materialises only what a step touches (unrouted experts never).
 
 use crate::golden::{StorageDtype, WeightKind, WeightMeta};
 use std::collections::HashMap;
@@ -67,7 +68,7 @@ pub fn gather_rows(
     rows: &[usize],
 ) -> Result<Vec<f32>, WeightError> {
     let n_rows = shape.first().copied().unwrap_or(0);
-    let width = if n_rows == 0 { 0 } else { t.len() / n_rows };
+    let width = t.len().checked_div(n_rows).unwrap_or(0);
     let mut out = Vec::with_capacity(rows.len() * width);
     for &r in rows {
         if r >= n_rows {
@@ -94,25 +95,239 @@ pub fn filler_element(meta: &WeightMeta, i: u64) -> f32 {
     }
 }
 
-/// Largest filler parameter we agree to materialise at once (elements). Real-dims runs fetch
-/// experts and table rows piecemeal, far below this.
+/// Largest filler parameter we agree to materialise at once (elements), unless a source is built
+/// with a larger cap. Real-dims runs fetch experts and table rows piecemeal, far below this;
+/// the real `head.weight` (662M elements) is above it.
 pub const FILLER_MAX_ELEMENTS: usize = 1 << 28;
 
-/// Regenerates parameters from `weights_meta` on demand (spec §4), caching what was built.
+/// Default byte budget of the filler's whole-tensor cache (1 GiB). At real dims a step fetches
+/// each parameter once and a whole model (~100 GB as f32) never fits, so a bigger cache buys no
+/// reuse; it only page-faults more fresh memory (a 4 GiB budget made a real-dims block 1.7x
+/// slower than 1 GiB, measured with `examples/realdims_block.rs`). Tiny models fit whole.
+pub const FILLER_DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+/// Elements per rayon task when generating a tensor: large enough to amortise the task, small
+/// enough to balance two to sixteen threads on an expert matrix.
+const FILLER_PAR_CHUNK: usize = 1 << 16;
+
+/// The filler value of element `i` with the name's FNV salt precomputed: the same formula and
+/// roundings as [`filler_element`] (spec §4.1), without rehashing the name per element.
+#[inline]
+fn filler_element_salted(meta: &WeightMeta, salt: u64, i: u64) -> f32 {
+    use crate::num;
+    let raw = num::splitmix64(salt ^ i.wrapping_mul(num::GOLD));
+    let u = (raw >> 40) as f64 / 16_777_216.0;
+    let v = ((2.0 * u - 1.0) * meta.scale + meta.offset) as f32;
+    match (meta.kind, meta.dtype) {
+        (WeightKind::Fp8, _) | (_, StorageDtype::F8E4m3) => num::e4m3_decode(num::e4m3_encode(v)),
+        (WeightKind::E8m0, _) | (_, StorageDtype::F8E8m0) => num::e8m0_decode(num::e8m0_encode(v)),
+        (_, StorageDtype::Bf16) => num::bf16_round(v),
+        (_, StorageDtype::F32) => v,
+    }
+}
+
+/// Fill `out` with elements `start..start + out.len()` of a filler parameter, in parallel;
+/// `out[j]` is `filler_element(meta, start + j)` whatever the thread count.
+fn filler_fill(meta: &WeightMeta, start: u64, out: &mut [f32]) {
+    use rayon::prelude::*;
+    let salt = crate::num::fnv1a64(&meta.name);
+    out.par_chunks_mut(FILLER_PAR_CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let base = start + (c * FILLER_PAR_CHUNK) as u64;
+            for (j, y) in chunk.iter_mut().enumerate() {
+                *y = filler_element_salted(meta, salt, base + j as u64);
+            }
+        });
+}
+
+/// What a filler source has done so far (for benches, tests and memory reports).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FillerStats {
+    /// Whole tensors generated (a tensor evicted and fetched again counts twice).
+    pub tensors_generated: u64,
+    /// Elements generated for whole tensors.
+    pub elements_generated: u64,
+    /// Elements generated for `rows()` requests.
+    pub row_elements_generated: u64,
+    /// Wall seconds spent generating (whole tensors and rows).
+    pub generate_seconds: f64,
+    /// Tensors dropped from the cache to stay within the budget.
+    pub evictions: u64,
+    /// Tensors generated into the buffer of an evicted one (no fresh allocation, no page
+    /// faults).
+    pub buffers_recycled: u64,
+    /// Bytes the cache holds now.
+    pub cache_bytes: usize,
+    /// Most bytes the cache held at once.
+    pub peak_cache_bytes: usize,
+}
+
+struct CacheEntry {
+    tensor: Arc<Vec<f32>>,
+    last_used: u64,
+}
+
+/// The whole-tensor cache: least-recently-used eviction under a byte budget. Buffers of evicted
+/// tensors that nobody else holds are reused for the next tensor, so cycling expert matrices
+/// through the cache does not allocate (and page-fault) hundreds of MB per expert.
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<String, CacheEntry>,
+    clock: u64,
+    bytes: usize,
+    /// Distinct names ever materialised as whole tensors, in first-materialisation order.
+    materialised: Vec<String>,
+    seen: std::collections::HashSet<String>,
+    stats: FillerStats,
+}
+
+const F32_BYTES: usize = std::mem::size_of::<f32>();
+
+impl Cache {
+    fn get(&mut self, name: &str) -> Option<Arc<Vec<f32>>> {
+        self.clock += 1;
+        let now = self.clock;
+        self.entries.get_mut(name).map(|e| {
+            e.last_used = now;
+            e.tensor.clone()
+        })
+    }
+
+    /// The least recently used entry, removed (counted as an eviction).
+    fn evict_oldest(&mut self) -> Option<Arc<Vec<f32>>> {
+        let victim = self
+            .entries
+            .iter()
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(k, _)| k.clone())?;
+        let e = self.entries.remove(&victim)?;
+        self.bytes -= e.tensor.len() * F32_BYTES;
+        self.stats.evictions += 1;
+        Some(e.tensor)
+    }
+
+    /// Evict least-recently-used entries until a tensor of `n` elements fits in `budget` (or
+    /// nothing is left to evict), and hand out a buffer for it: the buffer of an evicted tensor
+    /// of exactly that size that nobody else holds (expert matrices all share one size), else a
+    /// fresh allocation.
+    fn make_room(&mut self, n: usize, budget: usize) -> Vec<f32> {
+        let size = n * F32_BYTES;
+        let mut spare: Option<Vec<f32>> = None;
+        while self.bytes + size > budget {
+            let Some(t) = self.evict_oldest() else {
+                break;
+            };
+            if spare.is_none() && t.len() == n {
+                spare = Arc::try_unwrap(t).ok();
+            }
+        }
+        match spare {
+            Some(buf) => {
+                self.stats.buffers_recycled += 1;
+                buf
+            }
+            None => vec![0f32; n],
+        }
+    }
+
+    /// Insert `t` unless another thread already did (then return that one); a tensor larger
+    /// than the whole budget is returned uncached.
+    fn insert(&mut self, name: &str, t: Arc<Vec<f32>>, budget: usize) -> Arc<Vec<f32>> {
+        if let Some(existing) = self.get(name) {
+            return existing;
+        }
+        let size = t.len() * F32_BYTES;
+        if size > budget {
+            return t;
+        }
+        // Another thread may have filled the cache meanwhile.
+        while self.bytes + size > budget && self.evict_oldest().is_some() {}
+        self.clock += 1;
+        self.entries.insert(
+            name.to_string(),
+            CacheEntry {
+                tensor: t.clone(),
+                last_used: self.clock,
+            },
+        );
+        self.bytes += size;
+        self.stats.peak_cache_bytes = self.stats.peak_cache_bytes.max(self.bytes);
+        t
+    }
+}
+
+/// Regenerates parameters from a parameter list on demand (spec §4). Whole tensors are kept in
+/// a least-recently-used cache with a byte budget, so a real-dims MoE that visits a hundred
+/// expert matrices holds only the budget; `rows()` generates just the rows asked for.
 pub struct FillerSource {
     label: String,
     metas: HashMap<String, WeightMeta>,
-    cache: Mutex<HashMap<String, Arc<Vec<f32>>>>,
+    cache_budget_bytes: usize,
+    max_tensor_elements: usize,
+    cache: Mutex<Cache>,
 }
 
 impl FillerSource {
-    /// A filler over the given parameter list; `label` names it in messages.
+    /// A filler over the given parameter list; `label` names it in messages. The cache budget
+    /// is [`FILLER_DEFAULT_CACHE_BYTES`], the tensor cap [`FILLER_MAX_ELEMENTS`].
     pub fn new(label: impl Into<String>, metas: &[WeightMeta]) -> FillerSource {
         FillerSource {
             label: label.into(),
             metas: metas.iter().map(|m| (m.name.clone(), m.clone())).collect(),
-            cache: Mutex::new(HashMap::new()),
+            cache_budget_bytes: FILLER_DEFAULT_CACHE_BYTES,
+            max_tensor_elements: FILLER_MAX_ELEMENTS,
+            cache: Mutex::new(Cache::default()),
         }
+    }
+
+    /// A filler over the parameter list the reference would build for `cfg`
+    /// ([`crate::model::params::param_list`]), e.g. the real V4.1-Flash geometry.
+    pub fn from_config(label: impl Into<String>, cfg: &crate::model::ModelConfig) -> FillerSource {
+        FillerSource::new(label, &crate::model::params::param_list(cfg))
+    }
+
+    /// Set the whole-tensor cache budget in bytes (0 caches nothing).
+    pub fn with_cache_budget_bytes(mut self, bytes: usize) -> FillerSource {
+        self.cache_budget_bytes = bytes;
+        self
+    }
+
+    /// Set the largest tensor (elements) `tensor()` agrees to materialise.
+    pub fn with_max_tensor_elements(mut self, elements: usize) -> FillerSource {
+        self.max_tensor_elements = elements;
+        self
+    }
+
+    /// The cache budget in bytes.
+    pub fn cache_budget_bytes(&self) -> usize {
+        self.cache_budget_bytes
+    }
+
+    /// The parameter entry of `name`, if listed.
+    pub fn meta_of(&self, name: &str) -> Option<&WeightMeta> {
+        self.metas.get(name)
+    }
+
+    /// Distinct parameters ever materialised as whole tensors, in first-materialisation order
+    /// (`rows()` requests are not counted: they never build the table).
+    pub fn materialised_names(&self) -> Vec<String> {
+        self.cache
+            .lock()
+            .map(|c| c.materialised.clone())
+            .unwrap_or_default()
+    }
+
+    /// Counters since construction.
+    pub fn stats(&self) -> FillerStats {
+        self.cache
+            .lock()
+            .map(|c| {
+                let mut s = c.stats.clone();
+                s.cache_bytes = c.bytes;
+                s
+            })
+            .unwrap_or_default()
     }
 
     fn meta(&self, name: &str) -> Result<&WeightMeta, WeightError> {
@@ -132,30 +347,46 @@ impl WeightSource for FillerSource {
     }
     fn tensor(&self, name: &str) -> Result<Arc<Vec<f32>>, WeightError> {
         if let Some(t) = self.cache.lock().map_err(|_| poisoned(name))?.get(name) {
-            return Ok(t.clone());
+            return Ok(t);
         }
         let meta = self.meta(name)?;
-        if meta.n > FILLER_MAX_ELEMENTS {
+        if meta.n > self.max_tensor_elements {
             return Err(WeightError::Invalid {
                 name: name.to_string(),
-                msg: format!("{} elements exceed the filler's whole-tensor cap {FILLER_MAX_ELEMENTS}; fetch rows", meta.n),
+                msg: format!(
+                    "{} elements exceed the filler's whole-tensor cap {}; fetch rows",
+                    meta.n, self.max_tensor_elements
+                ),
             });
         }
-        let values: Vec<f32> = (0..meta.n as u64)
-            .map(|i| filler_element(meta, i))
-            .collect();
-        let t = Arc::new(values);
-        self.cache
-            .lock()
-            .map_err(|_| poisoned(name))?
-            .insert(name.to_string(), t.clone());
-        Ok(t)
+        let started = std::time::Instant::now();
+        let mut buf = if meta.n * F32_BYTES <= self.cache_budget_bytes {
+            self.cache
+                .lock()
+                .map_err(|_| poisoned(name))?
+                .make_room(meta.n, self.cache_budget_bytes)
+        } else {
+            vec![0f32; meta.n]
+        };
+        // Generate outside the lock so other threads keep reading the cache meanwhile.
+        filler_fill(meta, 0, &mut buf);
+        let t = Arc::new(buf);
+        let secs = started.elapsed().as_secs_f64();
+        let mut cache = self.cache.lock().map_err(|_| poisoned(name))?;
+        cache.stats.tensors_generated += 1;
+        cache.stats.elements_generated += meta.n as u64;
+        cache.stats.generate_seconds += secs;
+        if cache.seen.insert(name.to_string()) {
+            cache.materialised.push(name.to_string());
+        }
+        Ok(cache.insert(name, t, self.cache_budget_bytes))
     }
     fn rows(&self, name: &str, rows: &[usize]) -> Result<Vec<f32>, WeightError> {
         let meta = self.meta(name)?;
         let n_rows = meta.shape.first().copied().unwrap_or(0);
-        let width = if n_rows == 0 { 0 } else { meta.n / n_rows };
-        let mut out = Vec::with_capacity(rows.len() * width);
+        let width = meta.n.checked_div(n_rows).unwrap_or(0);
+        let started = std::time::Instant::now();
+        let mut out = Vec::with_capacity(rows.len().saturating_mul(width));
         for &r in rows {
             if r >= n_rows {
                 return Err(WeightError::Invalid {
@@ -163,8 +394,14 @@ impl WeightSource for FillerSource {
                     msg: format!("row {r} out of range (rows: {n_rows})"),
                 });
             }
-            let base = (r * width) as u64;
-            out.extend((0..width as u64).map(|j| filler_element(meta, base + j)));
+            let at = out.len();
+            out.resize(at + width, 0.0);
+            filler_fill(meta, (r * width) as u64, &mut out[at..]);
+        }
+        let secs = started.elapsed().as_secs_f64();
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.stats.row_elements_generated += out.len() as u64;
+            cache.stats.generate_seconds += secs;
         }
         Ok(out)
     }
