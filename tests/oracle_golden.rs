@@ -219,3 +219,48 @@ fn invariant_checks_name_a_broken_sinkhorn_and_routing() {
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].index, 2);
 }
+
+#[test]
+fn mask_conformance_names_a_leaked_window_position() {
+    use golden_lens::model::Capture;
+    use golden_lens::session::invariants::check_attention_mask;
+    let golden = Golden::load(&reference("ds41_tiny_golden.v3.json")).expect("golden");
+    let cfg = session::model_of(&golden).expect("model").0;
+    // decode12 on layer 0: the ring oldest first is [5,6,7,0,1,2,3,4]; put slot 9 in.
+    let ok = Capture::int(
+        "L0.sa_topk_idxs",
+        vec![1, 1, 8],
+        vec![5, 6, 7, 0, 1, 2, 3, 4],
+    );
+    assert!(check_attention_mask(&cfg, 0, 12, &ok).is_empty());
+    let bad = Capture::int(
+        "L0.sa_topk_idxs",
+        vec![1, 1, 8],
+        vec![5, 6, 7, 0, 1, 2, 3, 9],
+    );
+    let v = check_attention_mask(&cfg, 0, 12, &bad);
+    assert_eq!(v.len(), 1);
+    assert!(v[0].what.contains("leaked rows [9]"), "{}", v[0].what);
+    // Prefill layer 2 (ratio 2): query 2 sees one complete group, so position 1 leaks.
+    let mut row = vec![-1i64; 12 * 14];
+    for t in 0..12usize {
+        let first = (t + 1).saturating_sub(8);
+        for c in 0..8 {
+            let j = first + c;
+            row[t * 14 + c] = if j > t { -1 } else { j as i64 };
+        }
+    }
+    row[2 * 14 + 8] = 12 + 1;
+    let v = check_attention_mask(
+        &cfg,
+        2,
+        0,
+        &Capture::int("L2.sa_topk_idxs", vec![1, 12, 14], row),
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].what.contains("position 1) is not visible"),
+        "{}",
+        v[0].what
+    );
+}

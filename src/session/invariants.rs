@@ -142,10 +142,99 @@ pub fn check_capture(
     out
 }
 
-/// Check a step's captures (kv row counts are taken from the step's own `sa_kv`).
-pub fn check_step(cfg: &ModelConfig, caps: &[Capture]) -> Vec<Violation> {
+/// Mask conformance of `L{l}.sa_topk_idxs` for a forward of `s` tokens at `start_pos`: the
+/// window part must be exactly the window rows the reference attends (spec §11.3), and every
+/// compressed index must name a visible compressed row (`offset <= i < offset + end/ratio`, and in
+/// prefill a complete group: `i - offset < (t+1)/ratio`). Each leaked position is named.
+pub fn check_attention_mask(
+    cfg: &ModelConfig,
+    layer: usize,
+    start_pos: usize,
+    c: &Capture,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let CaptureValues::I64(x) = &c.values else {
+        return out;
+    };
+    let (s, width) = match c.shape.as_slice() {
+        [1, s, w] => (*s, *w),
+        _ => return out,
+    };
+    if s == 0 || x.len() != s * width {
+        return out;
+    }
+    let win = cfg.window_size;
+    let (ww, widx) = crate::oracle::attn::window_idxs(win, s, start_pos);
+    if width < ww {
+        out.push(Violation {
+            capture: c.name.clone(),
+            index: 0,
+            what: format!("index rows have {width} columns, the window alone needs {ww}"),
+        });
+        return out;
+    }
+    let offset = if start_pos == 0 { s } else { win };
+    let ratio = cfg.compress_ratios.get(layer).copied().unwrap_or(0);
+    let end = start_pos + s;
+    for t in 0..s {
+        let row = &x[t * width..(t + 1) * width];
+        let want = if start_pos == 0 {
+            &widx[t * ww..(t + 1) * ww]
+        } else {
+            &widx[..]
+        };
+        let mut got_w: Vec<i64> = row[..ww].to_vec();
+        let mut want_w: Vec<i64> = want.to_vec();
+        got_w.sort_unstable();
+        want_w.sort_unstable();
+        if got_w != want_w {
+            let leaked: Vec<i64> = got_w
+                .iter()
+                .copied()
+                .filter(|j| *j >= 0 && !want_w.contains(j))
+                .collect();
+            out.push(Violation {
+                capture: c.name.clone(),
+                index: t * width,
+                what: format!("query {t} (position {}): window part {got_w:?}, expected {want_w:?}; leaked rows {leaked:?}", start_pos + t),
+            });
+        }
+        if ratio == 0 {
+            continue;
+        }
+        let visible = if start_pos == 0 {
+            (t + 1) / ratio
+        } else {
+            end / ratio
+        };
+        for (c_i, &i) in row[ww..].iter().enumerate() {
+            if i < 0 {
+                continue;
+            }
+            let p = i - offset as i64;
+            if p < 0 || p >= visible as i64 {
+                out.push(Violation {
+                    capture: c.name.clone(),
+                    index: t * width + ww + c_i,
+                    what: format!("query {t} (position {}): compressed index {i} (position {p}) is not visible (visible: {visible})", start_pos + t),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Check a step's captures (kv row counts are taken from the step's own `sa_kv`) for a forward
+/// starting at `start_pos`.
+pub fn check_step(cfg: &ModelConfig, start_pos: usize, caps: &[Capture]) -> Vec<Violation> {
     let mut out = Vec::new();
     for c in caps {
+        if c.name.ends_with(".sa_topk_idxs") {
+            let parsed = crate::golden::names::parse_capture_name(&c.name);
+            if let (Some(l), false) = (parsed.layer, parsed.shared) {
+                out.extend(check_attention_mask(cfg, l, start_pos, c));
+            }
+        }
         let rows = if c.name.ends_with(".sa_topk_idxs") {
             let kv_name = c.name.replace(".sa_topk_idxs", ".sa_kv");
             caps.iter()

@@ -199,7 +199,7 @@ pub fn run_check(
             let mut caps: Vec<Capture> = Vec::new();
             backend.run(step, &mut caps).map_err(berr)?;
             if let Some(cfg) = &opts.invariants {
-                for v in invariants::check_step(cfg, &caps) {
+                for v in invariants::check_step(cfg, *start, &caps) {
                     report.violations.push((regime_name.clone(), v));
                 }
             }
