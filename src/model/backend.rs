@@ -86,7 +86,16 @@ pub struct Capture {
     pub values: CaptureValues,
 }
 
+/// Prefix of diagnostic captures: tensors a backend exposes for triage (e.g. the index scores a
+/// top-k ran on) that no golden holds and no comparison uses.
+pub const DIAGNOSTIC_PREFIX: &str = "diag.";
+
 impl Capture {
+    /// A diagnostic capture (not compared, not written into goldens).
+    pub fn is_diagnostic(&self) -> bool {
+        self.name.starts_with(DIAGNOSTIC_PREFIX)
+    }
+
     pub fn f32(
         name: impl Into<String>,
         shape: Vec<usize>,

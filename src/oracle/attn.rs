@@ -521,9 +521,23 @@ impl Oracle {
             }
         }
         let k = cfg.index_topk.min(t_vis);
+        self.pending_diag.push(Capture::f32(
+            format!("diag.L{l}.index_score"),
+            vec![1, s, t_vis],
+            CaptureDtype::Bf16,
+            score.clone(),
+        ));
+        let tie_fault =
+            self.faults
+                .structural(FaultKind::TieOrder, &format!("L{l}.sa_topk_idxs"), sp);
         let mut idxs = Vec::with_capacity(s * k);
         for t in 0..s {
-            let mut set = torch_cpu_topk_set(&score[t * t_vis..(t + 1) * t_vis], k);
+            let row = &score[t * t_vis..(t + 1) * t_vis];
+            let mut set = if tie_fault {
+                super::faults::lowest_index_topk(row, k)
+            } else {
+                torch_cpu_topk_set(row, k)
+            };
             set.sort_unstable();
             idxs.extend(set.into_iter().map(|pp| {
                 if pp < clen[t] {

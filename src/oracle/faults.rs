@@ -24,6 +24,10 @@ pub enum FaultKind {
     RopeSign,
     /// Shift every valid window index by one (structural; plant at `sa_topk_idxs`).
     WindowOffByOne,
+    /// Break top-k ties by the lowest index instead of torch's introselect order (structural;
+    /// plant at `sa_topk_idxs` or `moe_indices`): what a GPU top-k with its own tie rule does.
+    /// Differences it causes are tie flips, not compute bugs, so it is not in `ALL`.
+    TieOrder,
 }
 
 impl FaultKind {
@@ -48,6 +52,7 @@ impl FaultKind {
             "stale-buffer" => FaultKind::StaleBuffer,
             "rope-sign" => FaultKind::RopeSign,
             "window-off-by-one" => FaultKind::WindowOffByOne,
+            "tie-order" => FaultKind::TieOrder,
             _ => return None,
         })
     }
@@ -72,6 +77,7 @@ impl fmt::Display for FaultKind {
             FaultKind::StaleBuffer => write!(f, "stale-buffer"),
             FaultKind::RopeSign => write!(f, "rope-sign"),
             FaultKind::WindowOffByOne => write!(f, "window-off-by-one"),
+            FaultKind::TieOrder => write!(f, "tie-order"),
         }
     }
 }
@@ -97,6 +103,23 @@ impl Fault {
             index: 0,
         })
     }
+}
+
+/// The top `k` of `values` with ties broken by the lowest index (NaN first): the tie rule a
+/// simple GPU selection has, used by the `TieOrder` fault.
+pub fn lowest_index_topk(values: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (values[a], values[b]);
+        match (x.is_nan(), y.is_nan()) {
+            (true, false) => std::cmp::Ordering::Less,
+            (false, true) => std::cmp::Ordering::Greater,
+            _ => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
+        }
+        .then(a.cmp(&b))
+    });
+    order.truncate(k.min(values.len()));
+    order
 }
 
 /// The faults planted in one oracle, plus the memory the stale-buffer kind needs.

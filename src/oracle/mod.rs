@@ -45,6 +45,8 @@ pub struct Oracle {
     pub pins: Pins,
     /// Faults planted on purpose (self-test, localisation tests); empty in normal use.
     pub faults: faults::FaultPlan,
+    /// Diagnostic tensors of the current step (index scores) waiting to be emitted.
+    pending_diag: Vec<Capture>,
 }
 
 fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
@@ -92,6 +94,7 @@ impl Oracle {
             pre_mix: Vec::new(),
             pins: Pins::default(),
             faults: faults::FaultPlan::default(),
+            pending_diag: Vec::new(),
         }
     }
 
@@ -576,6 +579,7 @@ impl Oracle {
         if cfg.is_shared_capture_layer(l) {
             self.capture_shared(l, out);
         }
+        out.append(&mut self.pending_diag);
         Ok(())
     }
 
@@ -643,7 +647,18 @@ impl Oracle {
             .get(&l)
             .filter(|v| v.len() == s * k)
             .map(|v| v.as_slice());
-        let mut routing = moe::route(cfg, &scores, &bias, pinned);
+        let tie_fault = self.faults.structural(
+            faults::FaultKind::TieOrder,
+            &format!("L{l}.moe_indices"),
+            self.sp,
+        );
+        let mut routing = moe::route(cfg, &scores, &bias, pinned, tie_fault);
+        out.push(Capture::f32(
+            format!("diag.L{l}.gate_biased"),
+            vec![s, e],
+            CaptureDtype::F32,
+            moe::biased_scores(cfg, &scores, &bias),
+        ));
         self.put_f32(
             out,
             format!("L{l}.moe_weights"),

@@ -29,9 +29,24 @@ pub fn gate_scores(cfg: &ModelConfig, x: &[f32], gate_w: &[f32]) -> Vec<f32> {
     scores
 }
 
-/// Select experts by `score + bias` (torch topk order), weight them by the unbiased scores.
-/// `pinned` replaces the selection (counterfactual pinning) while keeping the weight rule.
-pub fn route(cfg: &ModelConfig, scores: &[f32], bias: &[f32], pinned: Option<&[i64]>) -> Routing {
+/// The `score + bias` values the expert selection ranks, `[s, E]`.
+pub fn biased_scores(cfg: &ModelConfig, scores: &[f32], bias: &[f32]) -> Vec<f32> {
+    scores
+        .chunks(cfg.n_routed_experts)
+        .flat_map(|row| row.iter().zip(bias).map(|(a, b)| a + b))
+        .collect()
+}
+
+/// Select experts by `score + bias` (torch topk order, or lowest index first on ties when
+/// `lowest_index_ties`), weight them by the unbiased scores. `pinned` replaces the selection
+/// (counterfactual pinning) while keeping the weight rule.
+pub fn route(
+    cfg: &ModelConfig,
+    scores: &[f32],
+    bias: &[f32],
+    pinned: Option<&[i64]>,
+    lowest_index_ties: bool,
+) -> Routing {
     let e = cfg.n_routed_experts;
     let k = cfg.n_activated_experts;
     let s = scores.len() / e;
@@ -46,7 +61,11 @@ pub fn route(cfg: &ModelConfig, scores: &[f32], bias: &[f32], pinned: Option<&[i
                 .collect(),
             None => {
                 let biased: Vec<f32> = row.iter().zip(bias).map(|(a, b)| a + b).collect();
-                torch_cpu_topk_order(&biased, k)
+                if lowest_index_ties {
+                    crate::oracle::faults::lowest_index_topk(&biased, k)
+                } else {
+                    torch_cpu_topk_order(&biased, k)
+                }
             }
         };
         let mut w: Vec<f32> = sel.iter().map(|&i| row[i]).collect();

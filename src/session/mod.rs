@@ -4,6 +4,7 @@
 pub mod invariants;
 pub mod report;
 pub mod selftest;
+pub mod triage;
 pub mod writer;
 
 use crate::golden::compare::{compare_with_golden, Values};
@@ -204,6 +205,9 @@ pub fn run_check(
                 }
             }
             for cap in caps {
+                if cap.is_diagnostic() {
+                    continue;
+                }
                 produced.insert(cap.name.clone());
                 if let Some(re) = &opts.only {
                     if !re.is_match(&cap.name) {

@@ -319,6 +319,7 @@ pub fn write_golden(
         out.push(',');
         write_py_str(&mut out, &name);
         out.push_str(":{");
+        caps.retain(|c| !c.is_diagnostic());
         for (i, c) in caps.iter().enumerate() {
             if i > 0 {
                 out.push(',');

@@ -1,0 +1,324 @@
+//! Top-k triage: every disagreement in an index capture (`sa_topk_idxs`, `shared.*.topk_idxs`,
+//! `moe_indices`) between a test backend and the reference is classified as a *tie flip* (the
+//! reference scores at the swapped positions are equal), a *near tie* (within a bound from the
+//! score dtype plus the upstream error), or *real*, with the reference's margin at the
+//! k-boundary. The reference scores come from the oracle's diagnostic captures
+//! (`diag.L{l}.index_score`, `diag.L{l}.gate_biased`).
+
+use crate::golden::names::parse_capture_name;
+use crate::model::{Capture, CaptureValues, ModelConfig};
+use std::fmt;
+
+/// Two bf16 ulps, relative: index scores are bf16, so scores this close may swap order under
+/// one rounding difference upstream.
+pub const BF16_NEAR_TIE_REL: f32 = 1.0 / 128.0;
+/// Gate scores are f32 chains: a few f32 ulps of reduction-order noise.
+pub const F32_NEAR_TIE_REL: f32 = 1e-5;
+
+/// Class of one disagreement (ordered by severity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TopkClass {
+    TieFlip,
+    NearTie,
+    Real,
+}
+
+impl fmt::Display for TopkClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TopkClass::TieFlip => "tie flip",
+            TopkClass::NearTie => "near tie",
+            TopkClass::Real => "real",
+        })
+    }
+}
+
+/// One row whose selected sets differ.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowDisagreement {
+    pub row: usize,
+    /// Indices only the reference selected (as stored, offset included).
+    pub reference_only: Vec<i64>,
+    /// Indices only the test selected.
+    pub test_only: Vec<i64>,
+    pub class: TopkClass,
+    /// Largest reference-score gap over the swapped pairs (0 for tie flips).
+    pub score_gap: f32,
+    /// Reference margin at the k-boundary: k-th best score minus the (k+1)-th (None when no
+    /// scores are known or the row has no (k+1)-th position).
+    pub boundary_margin: Option<f32>,
+}
+
+/// Triage of one index capture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopkTriage {
+    pub capture: String,
+    pub rows: usize,
+    pub rows_differing: usize,
+    pub tie_flips: usize,
+    pub near_ties: usize,
+    pub real: usize,
+    pub details: Vec<RowDisagreement>,
+}
+
+/// The reference scores of each row over its positions; an index `i >= offset` names position
+/// `i - offset`, smaller indices (window rows) carry no score.
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreRows<'a> {
+    pub scores: &'a [f32],
+    pub width: usize,
+    pub offset: i64,
+    pub near_tie_rel: f32,
+}
+
+impl ScoreRows<'_> {
+    fn score(&self, row: usize, idx: i64) -> Option<f32> {
+        let p = idx - self.offset;
+        if idx < self.offset || p as usize >= self.width {
+            return None;
+        }
+        self.scores.get(row * self.width + p as usize).copied()
+    }
+}
+
+fn classify(a: Option<f32>, b: Option<f32>, rel: f32) -> (TopkClass, f32) {
+    match (a, b) {
+        (Some(x), Some(y))
+            if x == y || (x.is_infinite() && y.is_infinite() && x.signum() == y.signum()) =>
+        {
+            (TopkClass::TieFlip, 0.0)
+        }
+        (Some(x), Some(y)) => {
+            let gap = (x - y).abs();
+            if gap.is_finite() && gap <= rel * x.abs().max(y.abs()) {
+                (TopkClass::NearTie, gap)
+            } else {
+                (TopkClass::Real, gap)
+            }
+        }
+        _ => (TopkClass::Real, f32::INFINITY),
+    }
+}
+
+/// Triage `test` against `reference`, both `[rows, width]` index tensors (-1 = absent).
+pub fn triage_rows(
+    capture: &str,
+    reference: &[i64],
+    test: &[i64],
+    width: usize,
+    scores: Option<ScoreRows<'_>>,
+) -> TopkTriage {
+    let rows = if width == 0 {
+        0
+    } else {
+        reference.len().min(test.len()) / width
+    };
+    let mut t = TopkTriage {
+        capture: capture.to_string(),
+        rows,
+        rows_differing: 0,
+        tie_flips: 0,
+        near_ties: 0,
+        real: 0,
+        details: Vec::new(),
+    };
+    for r in 0..rows {
+        let set = |v: &[i64]| {
+            let mut s: Vec<i64> = v[r * width..(r + 1) * width]
+                .iter()
+                .copied()
+                .filter(|&i| i >= 0)
+                .collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        let (a, b) = (set(reference), set(test));
+        let mut ref_only: Vec<i64> = a.iter().copied().filter(|i| !b.contains(i)).collect();
+        let mut test_only: Vec<i64> = b.iter().copied().filter(|i| !a.contains(i)).collect();
+        if ref_only.is_empty() && test_only.is_empty() {
+            continue;
+        }
+        t.rows_differing += 1;
+        let score = |i: i64| scores.and_then(|s| s.score(r, i));
+        let by_score = |v: &mut Vec<i64>| {
+            v.sort_by(|&x, &y| {
+                score(y)
+                    .unwrap_or(f32::NEG_INFINITY)
+                    .total_cmp(&score(x).unwrap_or(f32::NEG_INFINITY))
+            })
+        };
+        by_score(&mut ref_only);
+        by_score(&mut test_only);
+        let rel = scores.map_or(0.0, |s| s.near_tie_rel);
+        let mut class = TopkClass::TieFlip;
+        let mut gap = 0f32;
+        let n = ref_only.len().max(test_only.len());
+        for j in 0..n {
+            let (c, g) = match (ref_only.get(j), test_only.get(j)) {
+                (Some(&x), Some(&y)) => classify(score(x), score(y), rel),
+                // An unpaired pick: the other side chose a position that maps to -1; equal only if
+                // this pick's own score is -inf (a masked tie filler).
+                (Some(&x), None) | (None, Some(&x)) => match score(x) {
+                    Some(v) if v == f32::NEG_INFINITY => (TopkClass::TieFlip, 0.0),
+                    _ => (TopkClass::Real, f32::INFINITY),
+                },
+                (None, None) => (TopkClass::TieFlip, 0.0),
+            };
+            class = class.max(c);
+            gap = gap.max(g);
+        }
+        let boundary_margin = scores.and_then(|s| {
+            let k = a.len();
+            let mut row: Vec<f32> = s.scores.get(r * s.width..(r + 1) * s.width)?.to_vec();
+            row.sort_by(|x, y| y.total_cmp(x));
+            (k >= 1 && k < row.len()).then(|| row[k - 1] - row[k])
+        });
+        match class {
+            TopkClass::TieFlip => t.tie_flips += 1,
+            TopkClass::NearTie => t.near_ties += 1,
+            TopkClass::Real => t.real += 1,
+        }
+        t.details.push(RowDisagreement {
+            row: r,
+            reference_only: ref_only,
+            test_only,
+            class,
+            score_gap: gap,
+            boundary_margin,
+        });
+    }
+    t
+}
+
+/// Walks a regime's steps in order and triages every index capture of a test backend against
+/// the reference backend's captures of the same step, tracking which index source published the
+/// compressed top-k each layer reads (the shared slot).
+#[derive(Debug, Default)]
+pub struct TriageState {
+    /// `(layer, scores [s, T], T)` of the last index source of this forward.
+    last_index_scores: Option<(usize, Vec<f32>, usize)>,
+}
+
+impl TriageState {
+    /// Start a new forward.
+    pub fn begin(&mut self) {
+        self.last_index_scores = None;
+    }
+
+    /// Triage one step: `reference` must include the reference backend's diagnostic captures.
+    /// `upstream_rel_err` widens the near-tie bound by the step input's relative error.
+    pub fn step(
+        &mut self,
+        cfg: &ModelConfig,
+        start_pos: usize,
+        reference: &[Capture],
+        test: &[Capture],
+        upstream_rel_err: f32,
+    ) -> Vec<TopkTriage> {
+        for c in reference {
+            if let (Some(rest), CaptureValues::F32(v)) = (c.name.strip_prefix("diag.L"), &c.values)
+            {
+                if let Some(l) = rest
+                    .strip_suffix(".index_score")
+                    .and_then(|x| x.parse::<usize>().ok())
+                {
+                    self.last_index_scores = Some((l, v.clone(), *c.shape.last().unwrap_or(&0)));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for rc in reference.iter().filter(|c| !c.is_diagnostic()) {
+            let name = parse_capture_name(&rc.name);
+            let index_like = matches!(
+                name.base.as_str(),
+                "sa_topk_idxs" | "topk_idxs" | "moe_indices"
+            );
+            if !index_like {
+                continue;
+            }
+            let Some(tc) = test.iter().find(|c| c.name == rc.name) else {
+                continue;
+            };
+            let (CaptureValues::I64(a), CaptureValues::I64(b)) = (&rc.values, &tc.values) else {
+                continue;
+            };
+            let width = *rc.shape.last().unwrap_or(&0);
+            let s_tokens = if rc.shape.len() >= 2 {
+                rc.shape[rc.shape.len() - 2]
+            } else {
+                1
+            };
+            let gate;
+            let scores = if name.base == "moe_indices" {
+                gate = reference.iter().find(|c| {
+                    c.name == format!("diag.L{}.gate_biased", name.layer.unwrap_or(usize::MAX))
+                });
+                match gate.map(|g| &g.values) {
+                    Some(CaptureValues::F32(v)) => Some(ScoreRows {
+                        scores: v,
+                        width: cfg.n_routed_experts,
+                        offset: 0,
+                        near_tie_rel: F32_NEAR_TIE_REL + upstream_rel_err,
+                    }),
+                    _ => None,
+                }
+            } else {
+                let offset = if start_pos == 0 {
+                    s_tokens
+                } else {
+                    cfg.window_size
+                } as i64;
+                self.last_index_scores.as_ref().map(|(_, v, w)| ScoreRows {
+                    scores: v,
+                    width: *w,
+                    offset,
+                    near_tie_rel: BF16_NEAR_TIE_REL + upstream_rel_err,
+                })
+            };
+            out.push(triage_rows(&rc.name, a, b, width, scores));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swapped_equal_scores_are_tie_flips_and_others_real() {
+        let ninf = f32::NEG_INFINITY;
+        // Spec §12.6's decode12 L5 row: 13 positions, offset 8, position 8 wins a -inf tie.
+        let scores = [
+            ninf, ninf, 0.5, 0.4, ninf, ninf, ninf, ninf, ninf, ninf, 0.3, 0.2, 0.1,
+        ];
+        // Reference picks positions {2,3,8,10,11,12}; 8 is a -inf filler. Picking 0 instead is a tie flip.
+        let s = ScoreRows {
+            scores: &scores,
+            width: 13,
+            offset: 8,
+            near_tie_rel: BF16_NEAR_TIE_REL,
+        };
+        let reference = [10, 11, 16, 18, 19, 20];
+        let tie = [8, 10, 11, 18, 19, 20];
+        let t = triage_rows("L5.sa_topk_idxs", &reference, &tie, 6, Some(s));
+        assert_eq!((t.rows_differing, t.tie_flips, t.real), (1, 1, 0));
+        let real = [10, 11, 16, 18, 19, 14];
+        let t = triage_rows("L5.sa_topk_idxs", &reference, &real, 6, Some(s));
+        assert_eq!(t.real, 1);
+        assert_eq!(t.details[0].reference_only, vec![20]);
+        let near = [0.5f32, 0.501, 0.1];
+        let s = ScoreRows {
+            scores: &near,
+            width: 3,
+            offset: 0,
+            near_tie_rel: BF16_NEAR_TIE_REL,
+        };
+        let t = triage_rows("L0.moe_indices", &[1, 0], &[1, 2], 2, Some(s));
+        assert_eq!(t.real, 1, "0.5 vs 0.1 is real");
+        let t = triage_rows("L0.moe_indices", &[1], &[0], 1, Some(s));
+        assert_eq!(t.near_ties, 1);
+        assert!(t.details[0].boundary_margin.is_some());
+    }
+}

@@ -1,0 +1,82 @@
+//! Top-k triage end to end: a backend whose top-k breaks ties by the lowest index (as a simple
+//! GPU selection does) disagrees with the reference only by tie flips, and the triage says so;
+//! the oracle against itself has no disagreement at all.
+
+use golden_lens::golden::Golden;
+use golden_lens::model::Backend;
+use golden_lens::oracle::faults::{Fault, FaultKind, FaultPlan};
+use golden_lens::session::triage::{TopkTriage, TriageState};
+use golden_lens::session::{self};
+use std::path::PathBuf;
+
+fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
+    let cfg = session::model_of(g).expect("model").0;
+    let mut reference = session::oracle_for(g).expect("oracle");
+    let mut test = session::oracle_for(g).expect("oracle");
+    test.faults = FaultPlan::new(faults);
+    let mut state = TriageState::default();
+    let mut out = Vec::new();
+    for (regime, ids, start) in session::regime_inputs(g).expect("inputs") {
+        reference.begin(&ids, start).expect("begin");
+        test.begin(&ids, start).expect("begin");
+        state.begin();
+        for step in reference.steps() {
+            let (mut rc, mut tc) = (Vec::new(), Vec::new());
+            reference.run(step, &mut rc).expect("reference step");
+            test.run(step, &mut tc).expect("test step");
+            for t in state.step(&cfg, start, &rc, &tc, 0.0) {
+                out.push((regime.clone(), t));
+            }
+        }
+    }
+    out
+}
+
+fn v3() -> Golden {
+    Golden::load(&PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/ds41_tiny_golden.v3.json"
+    )))
+    .expect("v3")
+}
+
+#[test]
+fn oracle_against_itself_has_no_topk_disagreement() {
+    let t = lockstep(&v3(), Vec::new());
+    assert_eq!(
+        t.len(),
+        45,
+        "6 sa_topk_idxs + 6 moe_indices + 3 shared topk_idxs per regime"
+    );
+    assert!(t.iter().all(|(_, x)| x.rows_differing == 0));
+}
+
+#[test]
+fn lowest_index_tie_rule_yields_only_tie_flips() {
+    let at = |c: &str| Fault {
+        kind: FaultKind::TieOrder,
+        capture: c.into(),
+        regime_start: None,
+        index: 0,
+    };
+    let t = lockstep(&v3(), vec![at("L5.sa_topk_idxs"), at("L5.moe_indices")]);
+    let differing: Vec<&(String, TopkTriage)> =
+        t.iter().filter(|(_, x)| x.rows_differing > 0).collect();
+    assert!(
+        !differing.is_empty(),
+        "the -inf tie of decode12 L5 (spec §12.6) must flip"
+    );
+    for (regime, x) in &differing {
+        assert_eq!(
+            x.real + x.near_ties,
+            0,
+            "{regime} {}: {:?}",
+            x.capture,
+            x.details
+        );
+        assert_eq!(x.tie_flips, x.rows_differing);
+    }
+    assert!(differing
+        .iter()
+        .any(|(r, x)| r == "decode12" && x.capture == "L5.sa_topk_idxs"));
+}
