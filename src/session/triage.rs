@@ -108,11 +108,7 @@ pub fn triage_rows(
     width: usize,
     scores: Option<ScoreRows<'_>>,
 ) -> TopkTriage {
-    let rows = if width == 0 {
-        0
-    } else {
-        reference.len().min(test.len()) / width
-    };
+    let rows = reference.len().min(test.len()).checked_div(width).unwrap_or(0);
     let mut t = TopkTriage {
         capture: capture.to_string(),
         rows,
