@@ -108,7 +108,11 @@ pub fn triage_rows(
     width: usize,
     scores: Option<ScoreRows<'_>>,
 ) -> TopkTriage {
-    let rows = reference.len().min(test.len()).checked_div(width).unwrap_or(0);
+    let rows = reference
+        .len()
+        .min(test.len())
+        .checked_div(width)
+        .unwrap_or(0);
     let mut t = TopkTriage {
         capture: capture.to_string(),
         rows,
