@@ -692,6 +692,9 @@ fn element_count(shape: &[usize]) -> Option<usize> {
 
 const TOP_FIXTURE: &str = "fixture";
 const TOP_WEIGHTS: &str = "weights_meta";
+/// Optional top-level object golden-lens exports carry (metrics, test tensors, provenance);
+/// the loader ignores its contents so an export loads back as a golden.
+pub const TOP_GOLDEN_LENS: &str = "golden_lens";
 
 fn build_golden(root: &Json, source: &Path) -> Msg<Golden> {
     if !matches!(root, Json::Obj(_)) {
@@ -709,7 +712,11 @@ fn build_golden(root: &Json, source: &Path) -> Msg<Golden> {
         .ok_or("top level: missing key `weights_meta`")?;
     let fixture = build_fixture(fixture_json)?;
     for (key, _) in top.members {
-        if key != TOP_FIXTURE && key != TOP_WEIGHTS && !fixture.regimes.contains(key) {
+        if key != TOP_FIXTURE
+            && key != TOP_WEIGHTS
+            && key != TOP_GOLDEN_LENS
+            && !fixture.regimes.contains(key)
+        {
             return Err(format!(
                 "top level: unknown key `{key}` (not `fixture`, `weights_meta` or a regime listed \
                  in fixture.regimes {:?})",
@@ -1001,7 +1008,7 @@ fn check_fixture(f: &Fields<'_>, x: &Fixture) -> Msg<()> {
     }
     let mut seen = std::collections::HashSet::new();
     for r in &x.regimes {
-        if r == TOP_FIXTURE || r == TOP_WEIGHTS {
+        if r == TOP_FIXTURE || r == TOP_WEIGHTS || r == TOP_GOLDEN_LENS {
             return Err(f.bad("regimes", &format!("`{r}` cannot be a regime name")));
         }
         if !seen.insert(r.as_str()) {

@@ -1,6 +1,8 @@
 //! Runs a backend over a golden's regimes step by step (chained or isolated), compares every
 //! capture with the golden, and builds the report the CLI prints and the app shows.
 
+pub mod controller;
+pub mod export;
 pub mod invariants;
 pub mod report;
 pub mod selftest;
