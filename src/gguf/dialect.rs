@@ -550,6 +550,8 @@ fn read_llama(k: &Keys, warnings: &mut Vec<String>) -> Result<Deepseek41Meta> {
     m.scoring_func = k.opt_u64("expert_gating_func")?.map(|g| match g {
         1 => "softmax".to_string(),
         2 => "sigmoid".to_string(),
+        // LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS in the deepseek4 ports.
+        4 => "sqrtsoftplus".to_string(),
         n => format!("expert_gating_func={n}"),
     });
     m.compress_rope_theta = k.f64("attention.compress_rope_freq_base")?;
@@ -557,6 +559,11 @@ fn read_llama(k: &Keys, warnings: &mut Vec<String>) -> Result<Deepseek41Meta> {
     m.index_n_heads = k.u64("attention.indexer.head_count")?;
     m.index_head_dim = k.u64("attention.indexer.key_length")?;
     m.index_topk = k.u64("attention.indexer.top_k")?;
+    // No llama.cpp port stores the candidate filter; golden-lens's tiny exports write it under
+    // these keys (an extension, read when present).
+    m.candidate_source_layer_id = k.opt_u64("attention.indexer.candidate_source_layer")?;
+    m.candidate_topk_blocks = k.opt_u64("attention.indexer.candidate_top_k_blocks")?;
+    m.candidate_block_size = k.opt_u64("attention.indexer.candidate_block_size")?;
     m.hc_mult = k.u64("hyper_connection.count")?;
     m.hc_sinkhorn_iters = match k.opt_u64("hyper_connection.sinkhorn_iterations")? {
         Some(v) => v,
@@ -644,10 +651,59 @@ fn read_engram(
     let pad_id = k.u64("engram.pad_id")?;
     let primes = k.u64s("engram.primes")?;
     let multipliers = k.u64s("engram.multipliers")?;
-    let (n_heads, head_dim, max_ngram_size) = match m.dialect {
-        // ds4 hard-codes 8 heads, 256 dims, 4-grams (ds4_engram.h).
-        Dialect::Ds4 => (8, 256, 4),
-        Dialect::LlamaCpp => (
+    let n_layers = layer_ids.len();
+    let ds4_encoding = match m.dialect {
+        Dialect::Ds4 => {
+            let name = k
+                .opt_str("engram.encoding")?
+                .ok_or_else(|| k.missing(k.key("engram.encoding")))?;
+            Some(EngramEncoding::from_name(&name).ok_or_else(|| {
+                k.bad(
+                    &k.key("engram.encoding"),
+                    format!(
+                        "{name:?}; expected e4m3_e8m0_32_row264 (or e4m3_e8m0_32_row{{33·hd/32}} \
+                         for another head dim), q4_k_row144 or lloyd4_e5m3_32_r136"
+                    ),
+                )
+            })?)
+        }
+        Dialect::LlamaCpp => None,
+    };
+    let (n_heads, head_dim, max_ngram_size) = match ds4_encoding {
+        // ds4 stores no head count, head dim or n-gram size: ds4_engram.h hard-codes 8, 256, 4
+        // for its 256-value encodings, and so do we.
+        Some(enc) if enc.fixed_row_values() == Some(256) => (8, 256, 4),
+        // The generalised e4m3 rows of tiny files: the head dim from the encoding; n-gram size
+        // and heads from the arrays (`max_ngram_size` multipliers and
+        // `(max_ngram_size − 1)·n_heads` primes per layer).
+        Some(enc) => {
+            let per_layer = |len: usize| {
+                len.checked_div(n_layers)
+                    .filter(|_| len % n_layers.max(1) == 0)
+            };
+            let ngram = per_layer(multipliers.len()).ok_or_else(|| {
+                k.bad(
+                    &k.key("engram.multipliers"),
+                    format!(
+                        "{} multipliers do not split evenly over {n_layers} engram layers",
+                        multipliers.len()
+                    ),
+                )
+            })? as u64;
+            let cols = per_layer(primes.len()).unwrap_or(0) as u64;
+            let heads = cols.checked_div(ngram.saturating_sub(1)).unwrap_or(0);
+            if heads == 0 || heads * (ngram.saturating_sub(1)) != cols {
+                return Err(k.bad(
+                    &k.key("engram.primes"),
+                    format!(
+                        "{} primes cannot be {n_layers} layers x ({ngram} - 1) n-gram orders x heads",
+                        primes.len()
+                    ),
+                ));
+            }
+            (heads, enc.row_values(0), ngram)
+        }
+        None => (
             k.u64("engram.head_count")?,
             k.u64("engram.key_length")?,
             k.u64("engram.max_ngram_size")?,
@@ -659,7 +715,6 @@ fn read_engram(
             format!("{max_ngram_size}-grams with {n_heads} heads; expected at least 2-grams and 1..=1024 heads"),
         ));
     }
-    let n_layers = layer_ids.len();
     let columns = ((max_ngram_size - 1) * n_heads) as usize;
     if primes.len() != n_layers * columns {
         return Err(k.bad(
@@ -740,21 +795,9 @@ fn read_engram(
             ))
         }
     };
-    let encoding = match m.dialect {
-        Dialect::Ds4 => {
-            let name = k
-                .opt_str("engram.encoding")?
-                .ok_or_else(|| k.missing(k.key("engram.encoding")))?;
-            EngramEncoding::from_name(&name).ok_or_else(|| {
-                k.bad(
-                    &k.key("engram.encoding"),
-                    format!(
-                        "{name:?}; expected e4m3_e8m0_32_row264, q4_k_row144 or lloyd4_e5m3_32_r136"
-                    ),
-                )
-            })?
-        }
-        Dialect::LlamaCpp => {
+    let encoding = match ds4_encoding {
+        Some(enc) => enc,
+        None => {
             let first = layer_ids.first().copied().unwrap_or(0);
             let name = EngramMeta::table_name(first);
             let (_, t) = set.require_tensor(&name)?;
@@ -800,10 +843,23 @@ fn validate_engram(file: &GgufFile, p: &str, e: &EngramMeta, m: &Deepseek41Meta)
             return Err(bad("layer_ids", format!("layer {l} is listed twice")));
         }
     }
-    if e.head_dim != super::quant::ENGRAM_ROW_VALUES as u64 {
+    if e.head_dim == 0 || e.head_dim % 32 != 0 || e.head_dim > 1 << 20 {
         return Err(bad(
             "key_length",
-            format!("{} values per row; the row encodings hold 256", e.head_dim),
+            format!(
+                "{} values per row; expected a positive multiple of 32 (one scale per 32)",
+                e.head_dim
+            ),
+        ));
+    }
+    if let Some(v) = e.encoding.fixed_row_values().filter(|&v| v != e.head_dim) {
+        return Err(bad(
+            "key_length",
+            format!(
+                "{} values per row, but encoding {} holds {v}",
+                e.head_dim,
+                e.encoding.name()
+            ),
         ));
     }
     if e.compressed_vocab_size == 0 {
@@ -922,7 +978,7 @@ pub fn validate_engram_tables(set: &GgufSet, e: &EngramMeta) -> Result<()> {
     if e.storage != EngramStorage::Embedded {
         return Ok(());
     }
-    let (ggml_type, ne0) = e.encoding.tensor_layout();
+    let (ggml_type, ne0) = e.encoding.tensor_layout_for(e.head_dim);
     for (&layer, &rows) in e.layer_ids.iter().zip(&e.rows) {
         let name = EngramMeta::table_name(layer);
         let (file, t) = set.require_tensor(&name)?;

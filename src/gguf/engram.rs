@@ -3,7 +3,7 @@
 
 use super::dialect::{EngramMeta, EngramStorage};
 use super::error::{GgufError, Result};
-use super::quant::{dequantize_engram_rows, EngramEncoding, ENGRAM_ROW_VALUES};
+use super::quant::{dequantize_engram_rows_with, EngramEncoding};
 use super::split::GgufSet;
 use std::fs::File;
 use std::ops::Range;
@@ -83,6 +83,7 @@ struct LayerTable {
 pub struct EngramTables<'a> {
     set: &'a GgufSet,
     encoding: EngramEncoding,
+    row_values: u64,
     bytes_per_row: u64,
     layers: Vec<LayerTable>,
 }
@@ -91,10 +92,14 @@ impl<'a> EngramTables<'a> {
     /// Locates every table (embedded tensor or sidecar) and checks each holds `rows` rows.
     pub fn open(set: &'a GgufSet, meta: &EngramMeta) -> Result<Self> {
         let encoding = meta.encoding;
-        let bytes_per_row = encoding.bytes_per_row().ok_or_else(|| GgufError::Quant {
-            ggml_type: encoding.name(),
-            problem: "row size unknown".into(),
-        })?;
+        let row_values = encoding.row_values(meta.head_dim);
+        let bytes_per_row = encoding
+            .row_bytes_for(row_values)
+            .filter(|_| row_values > 0)
+            .ok_or_else(|| GgufError::Quant {
+                ggml_type: encoding.name(),
+                problem: "row size unknown".into(),
+            })?;
         let mut layers = Vec::with_capacity(meta.layer_ids.len());
         for (i, (&layer_id, &rows)) in meta.layer_ids.iter().zip(&meta.rows).enumerate() {
             let table_bytes = rows.checked_mul(bytes_per_row);
@@ -167,6 +172,7 @@ impl<'a> EngramTables<'a> {
         Ok(EngramTables {
             set,
             encoding,
+            row_values,
             bytes_per_row,
             layers,
         })
@@ -175,6 +181,16 @@ impl<'a> EngramTables<'a> {
     /// The row encoding.
     pub fn encoding(&self) -> EngramEncoding {
         self.encoding
+    }
+
+    /// Values per decoded row (the engram head dim).
+    pub fn row_values(&self) -> u64 {
+        self.row_values
+    }
+
+    /// Bytes per stored row.
+    pub fn bytes_per_row(&self) -> u64 {
+        self.bytes_per_row
     }
 
     /// Engram layer ids in table order.
@@ -229,12 +245,13 @@ impl<'a> EngramTables<'a> {
         }
     }
 
-    /// Rows `rows` of layer `layer_id` decoded to f32 (256 values per row).
+    /// Rows `rows` of layer `layer_id` decoded to f32 ([`row_values`](Self::row_values) values
+    /// per row).
     pub fn rows_f32(&self, layer_id: u64, rows: Range<u64>) -> Result<Vec<f32>> {
         let n_rows = rows.end.saturating_sub(rows.start);
         let bytes = self.row_bytes(layer_id, rows)?;
-        let mut out = vec![0f32; n_rows as usize * ENGRAM_ROW_VALUES];
-        dequantize_engram_rows(&self.encoding, &bytes, &mut out)?;
+        let mut out = vec![0f32; n_rows as usize * self.row_values as usize];
+        dequantize_engram_rows_with(&self.encoding, self.row_values as usize, &bytes, &mut out)?;
         Ok(out)
     }
 }

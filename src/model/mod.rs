@@ -5,10 +5,13 @@
 pub mod backend;
 pub mod config;
 pub mod engram;
+pub mod gguf_export;
+pub mod gguf_source;
 pub mod params;
 pub mod weights;
 
 pub use backend::{Backend, BackendError, Capture, CaptureDtype, CaptureValues, SeedTensors, Step};
 pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
 pub use engram::EngramTables;
+pub use gguf_source::{GgufModel, GgufModelError, GgufSource};
 pub use weights::{FillerSource, WeightError, WeightSource};

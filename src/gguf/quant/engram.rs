@@ -1,6 +1,7 @@
-//! Engram row encodings (spec §2). Every row holds 256 values; the encoding string in
+//! Engram row encodings (spec §2). Rows of the real files hold 256 values; the encoding string in
 //! `deepseek41.engram.encoding` (or, in the llama.cpp dialect, the tensor's own GGML type) says
-//! how a row is stored.
+//! how a row is stored. Tiny test files use the e4m3 scheme generalised to their head dim:
+//! `e4m3_e8m0_32_row{B}` with `B = hd + hd/32` (hd FP8 codes, then one E8M0 scale per 32).
 
 use super::float::round_to_bf16;
 use super::kquants::dequantize_q4_k_block;
@@ -18,6 +19,9 @@ const LLOYD4_CODEBOOK: [f32; 8] = [0.0, 0.095, 0.1901, 0.2944, 0.4126, 0.5586, 0
 pub enum EngramEncoding {
     /// antirez files: 256 FP8 E4M3 codes + 8 E8M0 scales (one per 32 values), 264 bytes.
     E4m3E8m0Row264,
+    /// The same scheme for another head dim (tiny files): `values` E4M3 codes, then
+    /// `values / 32` E8M0 scales; named `e4m3_e8m0_32_row{values + values/32}`.
+    E4m3E8m0Row { values: u32 },
     /// ishikawa fork: one standard Q4_K block per row, 144 bytes.
     Q4KRow144,
     /// lloyd4 fork: 256 signed 3-bit codebook indices in nibbles + 8 E5M3 scales, 136 bytes.
@@ -39,7 +43,72 @@ impl EngramEncoding {
             "e4m3_e8m0_32_row264" => Some(Self::E4m3E8m0Row264),
             "q4_k_row144" => Some(Self::Q4KRow144),
             "lloyd4_e5m3_32_r136" => Some(Self::Lloyd4E5m3Row136),
-            _ => None,
+            other => {
+                // e4m3_e8m0_32_row{B}: B = hd + hd/32 = 33·hd/32, hd a positive multiple of 32.
+                let digits = other.strip_prefix("e4m3_e8m0_32_row")?;
+                if digits.is_empty()
+                    || digits.len() > 9
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return None;
+                }
+                let bytes: u32 = digits.parse().ok()?;
+                if bytes == 0 || bytes % 33 != 0 {
+                    return None;
+                }
+                Some(Self::e4m3_with_values(bytes / 33 * 32))
+            }
+        }
+    }
+
+    /// The e4m3/e8m0 encoding for rows of `values` values (a positive multiple of 32): the
+    /// ds4 variant for 256, the generalised one otherwise.
+    pub fn e4m3_with_values(values: u32) -> Self {
+        if values == ENGRAM_ROW_VALUES as u32 {
+            Self::E4m3E8m0Row264
+        } else {
+            Self::E4m3E8m0Row { values }
+        }
+    }
+
+    /// Values per row the encoding itself fixes (`None` for GGML-typed tables, whose width is
+    /// the engram head dim).
+    pub fn fixed_row_values(&self) -> Option<u64> {
+        match self {
+            Self::E4m3E8m0Row264 | Self::Q4KRow144 | Self::Lloyd4E5m3Row136 => {
+                Some(ENGRAM_ROW_VALUES as u64)
+            }
+            Self::E4m3E8m0Row { values } => Some(u64::from(*values)),
+            Self::Ggml(_) => None,
+        }
+    }
+
+    /// Values per row for a table of engram head dim `head_dim`.
+    pub fn row_values(&self, head_dim: u64) -> u64 {
+        self.fixed_row_values().unwrap_or(head_dim)
+    }
+
+    /// Bytes of one stored row when rows hold `head_dim` values.
+    pub fn row_bytes_for(&self, head_dim: u64) -> Option<u64> {
+        match self {
+            Self::E4m3E8m0Row { values } => {
+                let v = u64::from(*values);
+                Some(v + v / 32)
+            }
+            Self::Ggml(t) => t.row_bytes(head_dim),
+            _ => self.bytes_per_row(),
+        }
+    }
+
+    /// GGML type and ne0 of the table tensor when rows hold `head_dim` values.
+    pub fn tensor_layout_for(&self, head_dim: u64) -> (GgmlType, u64) {
+        match self {
+            Self::E4m3E8m0Row { values } => {
+                let v = u64::from(*values);
+                (GgmlType::I8, v + v / 32)
+            }
+            Self::Ggml(t) => (*t, head_dim),
+            _ => self.tensor_layout(),
         }
     }
 
@@ -47,26 +116,29 @@ impl EngramEncoding {
     pub fn name(&self) -> String {
         match self {
             Self::E4m3E8m0Row264 => "e4m3_e8m0_32_row264".into(),
+            Self::E4m3E8m0Row { values } => format!("e4m3_e8m0_32_row{}", values + values / 32),
             Self::Q4KRow144 => "q4_k_row144".into(),
             Self::Lloyd4E5m3Row136 => "lloyd4_e5m3_32_r136".into(),
             Self::Ggml(t) => format!("ggml:{t}"),
         }
     }
 
-    /// Bytes of one stored row, or `None` for a GGML type without a known size.
+    /// Bytes of one stored 256-value row, or `None` for a GGML type without a known size.
     pub fn bytes_per_row(&self) -> Option<u64> {
         match self {
             Self::E4m3E8m0Row264 => Some(264),
+            Self::E4m3E8m0Row { values } => Some(u64::from(values + values / 32)),
             Self::Q4KRow144 => Some(144),
             Self::Lloyd4E5m3Row136 => Some(136),
             Self::Ggml(t) => t.row_bytes(ENGRAM_ROW_VALUES as u64),
         }
     }
 
-    /// GGML type and ne0 the table tensor must have in the file.
+    /// GGML type and ne0 the table tensor must have in the file (256-value rows).
     pub fn tensor_layout(&self) -> (GgmlType, u64) {
         match self {
             Self::E4m3E8m0Row264 => (GgmlType::I8, 264),
+            Self::E4m3E8m0Row { values } => (GgmlType::I8, u64::from(values + values / 32)),
             Self::Q4KRow144 => (GgmlType::Q4K, ENGRAM_ROW_VALUES as u64),
             Self::Lloyd4E5m3Row136 => (GgmlType::I8, 136),
             Self::Ggml(t) => (*t, ENGRAM_ROW_VALUES as u64),
@@ -91,7 +163,7 @@ pub fn e4m3_to_f32(code: u8) -> f32 {
 }
 
 /// `2^(s − 127)` for an E8M0 scale byte below 255 (exact; s = 0 is the subnormal 2^-127).
-fn e8m0_to_f32(s: u8) -> f32 {
+pub fn e8m0_to_f32(s: u8) -> f32 {
     if s == 0 {
         f32::from_bits(0x0040_0000)
     } else {
@@ -121,33 +193,54 @@ pub fn dequantize_engram_rows(
     bytes: &[u8],
     out: &mut [f32],
 ) -> Result<()> {
-    let row_bytes = encoding
-        .bytes_per_row()
-        .ok_or_else(|| quant_error(encoding, "row size unknown".into()))?
-        as usize;
-    if out.len() % ENGRAM_ROW_VALUES != 0
-        || bytes.len() != out.len() / ENGRAM_ROW_VALUES * row_bytes
+    let values = encoding.row_values(ENGRAM_ROW_VALUES as u64) as usize;
+    dequantize_engram_rows_with(encoding, values, bytes, out)
+}
+
+/// [`dequantize_engram_rows`] for rows of `row_values` values (the engram head dim): `bytes`
+/// holds `out.len() / row_values` rows. Encodings with a fixed width refuse any other width.
+pub fn dequantize_engram_rows_with(
+    encoding: &EngramEncoding,
+    row_values: usize,
+    bytes: &[u8],
+    out: &mut [f32],
+) -> Result<()> {
+    if row_values == 0
+        || encoding
+            .fixed_row_values()
+            .is_some_and(|v| v != row_values as u64)
     {
         return Err(quant_error(
             encoding,
+            format!("rows of {row_values} values do not fit this encoding"),
+        ));
+    }
+    let row_bytes = encoding
+        .row_bytes_for(row_values as u64)
+        .ok_or_else(|| quant_error(encoding, "row size unknown".into()))?
+        as usize;
+    if out.len() % row_values != 0 || bytes.len() != out.len() / row_values * row_bytes {
+        return Err(quant_error(
+            encoding,
             format!(
-                "{} bytes for {} values; expected {} bytes per 256-value row",
+                "{} bytes for {} values; expected {} bytes per {}-value row",
                 bytes.len(),
                 out.len(),
-                row_bytes
+                row_bytes,
+                row_values
             ),
         ));
     }
     for (row, (src, dst)) in bytes
         .chunks_exact(row_bytes)
-        .zip(out.chunks_exact_mut(ENGRAM_ROW_VALUES))
+        .zip(out.chunks_exact_mut(row_values))
         .enumerate()
     {
         match encoding {
-            EngramEncoding::E4m3E8m0Row264 => {
+            EngramEncoding::E4m3E8m0Row264 | EngramEncoding::E4m3E8m0Row { .. } => {
                 for (j, o) in dst.iter_mut().enumerate() {
                     let code = src[j];
-                    let scale = src[256 + j / 32];
+                    let scale = src[row_values + j / 32];
                     if code & 0x7f == 0x7f {
                         return Err(quant_error(
                             encoding,
@@ -235,6 +328,40 @@ mod tests {
         // scale byte 0 -> 0.5 * 2^-16; the second group uses it.
         assert_eq!(e5m3_scale(0), 2f32.powi(-17));
         assert_eq!(e5m3_scale(0xff), 15.0 / 16.0 * 2f32.powi(15));
+    }
+
+    #[test]
+    fn generalised_e4m3_rows() {
+        let enc = EngramEncoding::from_name("e4m3_e8m0_32_row33").unwrap();
+        assert_eq!(enc, EngramEncoding::E4m3E8m0Row { values: 32 });
+        assert_eq!(enc.name(), "e4m3_e8m0_32_row33");
+        assert_eq!(
+            EngramEncoding::from_name("e4m3_e8m0_32_row264"),
+            Some(EngramEncoding::E4m3E8m0Row264)
+        );
+        for bad in [
+            "e4m3_e8m0_32_row",
+            "e4m3_e8m0_32_row32",
+            "e4m3_e8m0_32_row0",
+            "e4m3_e8m0_32_row+33",
+        ] {
+            assert_eq!(EngramEncoding::from_name(bad), None, "{bad}");
+        }
+        assert_eq!(enc.tensor_layout_for(32), (GgmlType::I8, 33));
+        let mut rows = [0u8; 66];
+        rows[0] = 0x38; // 1.0
+        rows[32] = 128; // scale 2
+        rows[33 + 1] = 0xc0; // -2.0
+        rows[33 + 32] = 126; // scale 0.5
+        let mut out = [0f32; 64];
+        dequantize_engram_rows_with(&enc, 32, &rows, &mut out).unwrap();
+        assert_eq!((out[0], out[32 + 1]), (2.0, -1.0));
+        assert!(dequantize_engram_rows_with(&enc, 64, &rows, &mut [0f32; 64]).is_err());
+        assert!(dequantize_engram_rows_with(&enc, 32, &rows[..65], &mut out).is_err());
+        let ggml = EngramEncoding::Ggml(GgmlType::F32);
+        assert_eq!(ggml.row_bytes_for(32), Some(128));
+        let mut one = [0f32; 32];
+        dequantize_engram_rows_with(&ggml, 32, &[0u8; 128], &mut one).unwrap();
     }
 
     #[test]

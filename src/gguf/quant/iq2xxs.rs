@@ -8,12 +8,12 @@ use super::{f16_at, u32_at};
 pub const BLOCK_BYTES: usize = 66;
 
 /// The three magnitudes a grid entry can take (ggml's iq2xxs grid bytes 0x08, 0x19, 0x2b).
-const GRID_LEVELS: [f32; 3] = [8.0, 25.0, 43.0];
+pub(crate) const GRID_LEVELS: [f32; 3] = [8.0, 25.0, 43.0];
 
 /// The 256 entries of ggml's `iq2xxs_grid`, re-encoded: each entry is eight 2-bit fields
 /// (value k in bits 2k..2k+1) that index [`GRID_LEVELS`]. Data taken as facts from the public
 /// table (checked bit for bit against gguf-py 0.19.0 in `tests/gguf_python.rs`).
-const GRID_2BIT: [u16; 256] = [
+pub(crate) const GRID_2BIT: [u16; 256] = [
     0x0000, 0x0002, 0x0005, 0x0008, 0x000a, 0x0011, 0x0014, 0x0020, 0x0022, 0x0028, 0x002a, 0x0041,
     0x0044, 0x0050, 0x0058, 0x0061, 0x0064, 0x0080, 0x0082, 0x008a, 0x00a2, 0x0101, 0x0104, 0x0110,
     0x0115, 0x0140, 0x0184, 0x0198, 0x0200, 0x0202, 0x0222, 0x0282, 0x0401, 0x0404, 0x0410, 0x0421,

@@ -2,6 +2,7 @@
 //! family. All functions are pure and follow ggml's reference arithmetic order (unfused), so
 //! they agree bit for bit with gguf-py's `gguf.quants.dequantize`.
 
+pub mod encode;
 pub mod engram;
 pub mod float;
 pub mod iq2xxs;
@@ -12,7 +13,10 @@ pub mod mxfp4;
 use super::error::{GgufError, Result};
 use super::ggml_type::GgmlType;
 
-pub use engram::{dequantize_engram_rows, e4m3_to_f32, EngramEncoding, ENGRAM_ROW_VALUES};
+pub use engram::{
+    dequantize_engram_rows, dequantize_engram_rows_with, e4m3_to_f32, e8m0_to_f32, EngramEncoding,
+    ENGRAM_ROW_VALUES,
+};
 pub use float::{bf16_to_f32, round_to_bf16};
 
 /// Reads the little-endian IEEE half at `offset` as f32. Callers pass slices whose length was
