@@ -281,3 +281,79 @@ fn gguf_py_reads_our_exports() {
         }
     }
 }
+
+fn cli(args: &[&str]) -> (bool, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
+
+#[test]
+fn cli_export_then_check_on_gguf() {
+    let dir = TempDir::new().unwrap();
+    let g = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/ds41_tiny_golden.v3.json"
+    );
+    for dialect in ["ds4", "llamacpp"] {
+        let out = dir.path().join(format!("tiny-bf16-{dialect}.gguf"));
+        let o = out.to_str().unwrap();
+        let (ok, text) = cli(&[
+            "gguf",
+            "export",
+            "--golden",
+            g,
+            "--out",
+            o,
+            "--dialect",
+            dialect,
+        ]);
+        assert!(ok, "{text}");
+        assert!(text.contains("170 tensors"), "{text}");
+        let (ok, text) = cli(&["check", "--golden", g, "--gguf", o, "--quiet"]);
+        assert!(ok, "{text}");
+        assert!(text.contains("443 passed, 0 failed"), "{text}");
+        assert!(!text.contains("differs from the golden"), "{text}");
+    }
+    let q8 = dir.path().join("tiny-q8.gguf");
+    let q8 = q8.to_str().unwrap();
+    let (ok, text) = cli(&[
+        "gguf",
+        "export",
+        "--golden",
+        g,
+        "--out",
+        q8,
+        "--types",
+        "default=q8_0",
+    ]);
+    assert!(
+        ok && text.contains("Q8_0") && text.contains("fallbacks:"),
+        "{text}"
+    );
+    let (ok, text) = cli(&["check", "--golden", g, "--gguf", q8]);
+    assert!(!ok, "Q8_0 weights cannot meet the filler bars:\n{text}");
+    // One row per capture with its error, e.g. `prefill12  embed  bf16  1.953e-3 ...`.
+    let embed = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("embed"))
+        .unwrap_or_else(|| panic!("no embed row:\n{text}"));
+    let err: f64 = embed.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(err > 0.0 && err.is_finite(), "{embed}");
+    let (ok, text) = cli(&[
+        "gguf",
+        "export",
+        "--golden",
+        g,
+        "--out",
+        q8,
+        "--types",
+        "engram=q4_k",
+    ]);
+    assert!(!ok && text.contains("only `auto`"), "{text}");
+}

@@ -18,6 +18,10 @@ pub struct CheckArgs {
     /// The golden to check against (default: the embedded golden/ds41_tiny.json).
     #[arg(long)]
     pub golden: Option<PathBuf>,
+    /// Run the CPU oracle on this deepseek41 GGUF's weights and metadata (either dialect, any
+    /// shard of a set) instead of the golden's filler weights.
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
     /// Backends to run (only `cpu` so far).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
@@ -75,7 +79,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         strict: args.strict,
         invariants: Some(session::model_of(&golden)?.0),
     };
-    let mut oracle = session::oracle_for(&golden)?;
+    let mut oracle = match &args.gguf {
+        Some(path) => gguf_oracle(path, &golden)?,
+        None => session::oracle_for(&golden)?,
+    };
     let report = session::run_check(&golden, &mut oracle, &opts)?;
     println!("golden:  {}", report.golden_source);
     println!("backend: cpu oracle ({} mode)", report.mode.label());
@@ -167,4 +174,23 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     std::fs::rename(&tmp, path)
         .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
+}
+
+/// The CPU oracle over a GGUF's weights, with the config and engram tables its metadata
+/// describes; says so when that config differs from the golden's fixture.
+fn gguf_oracle(
+    path: &std::path::Path,
+    golden: &Golden,
+) -> anyhow::Result<golden_lens::oracle::Oracle> {
+    use golden_lens::model::{GgufSource, WeightSource};
+    let (source, model) = GgufSource::open(path)?;
+    println!("weights: {}", source.describe());
+    if model.cfg != session::model_of(golden)?.0 {
+        println!("note: the GGUF's model config differs from the golden's fixture");
+    }
+    Ok(golden_lens::oracle::Oracle::new(
+        model.cfg,
+        std::sync::Arc::new(source),
+        model.tables,
+    ))
 }

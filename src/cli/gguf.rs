@@ -1,5 +1,5 @@
-//! `golden-lens gguf ...`: inspect deepseek41 GGUF files (single files or split sets) and export
-//! dequantized tensors as `.npy`.
+//! `golden-lens gguf ...`: inspect deepseek41 GGUF files (single files or split sets), export
+//! dequantized tensors as `.npy`, and write tiny deepseek41 files from a golden.
 use anyhow::Context;
 use clap::Subcommand;
 use golden_lens::gguf::info::{build_report, InfoReport};
@@ -46,6 +46,33 @@ pub enum GgufCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write a tiny deepseek41 GGUF from a golden's fixture and filler weights.
+    Export {
+        /// The golden (default: the embedded golden/ds41_tiny.json).
+        #[arg(long)]
+        golden: Option<PathBuf>,
+        /// Output path.
+        #[arg(long)]
+        out: PathBuf,
+        /// `ds4` (antirez keys, FP8 engram rows, alignment 16384) or `llamacpp`.
+        #[arg(long, value_enum, default_value = "ds4")]
+        dialect: DialectArg,
+        /// Per-tensor types: `SELECTOR=TYPE,...` (selectors: default, experts, shared, attn,
+        /// compressor, indexer, router, hc, embed, head, engram_kv, engram_qk, vectors, engram,
+        /// or a tensor-name glob; types: auto, f32, f16, bf16, q8_0, q4_0, q2_k..q6_k,
+        /// iq2_xxs). `auto` = the reference's own precision (lossless).
+        #[arg(long, default_value = "default=auto")]
+        types: String,
+        /// `general.alignment` (default: 16384 for ds4, 32 for llamacpp).
+        #[arg(long)]
+        alignment: Option<u32>,
+    },
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialectArg {
+    Ds4,
+    Llamacpp,
 }
 
 pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
@@ -58,7 +85,67 @@ pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
             npy,
         } => tensor(&path, &name, expert, &npy),
         GgufCmd::Synth { layout, out } => synth(&layout, &out),
+        GgufCmd::Export {
+            golden,
+            out,
+            dialect,
+            types,
+            alignment,
+        } => export(golden.as_deref(), &out, dialect, &types, alignment),
     }
+}
+
+fn export(
+    golden: Option<&Path>,
+    out: &Path,
+    dialect: DialectArg,
+    types: &str,
+    alignment: Option<u32>,
+) -> anyhow::Result<ExitCode> {
+    use golden_lens::gguf::Dialect;
+    use golden_lens::model::gguf_export::{export_golden, ExportOptions, TypePlan};
+    let golden = match golden {
+        Some(p) => golden_lens::golden::Golden::load(p)?,
+        None => golden_lens::golden::embedded::default_golden()?,
+    };
+    let mut opts = ExportOptions::new(match dialect {
+        DialectArg::Ds4 => Dialect::Ds4,
+        DialectArg::Llamacpp => Dialect::LlamaCpp,
+    });
+    opts.types = TypePlan::parse(types)?;
+    if let Some(a) = alignment {
+        opts.alignment = a;
+    }
+    let summary = export_golden(&golden, out, &opts)?;
+    let mut census: std::collections::BTreeMap<String, usize> = Default::default();
+    for t in &summary.tensors {
+        *census.entry(t.ggml_type.name()).or_default() += 1;
+    }
+    println!(
+        "wrote {} ({} dialect, {} tensors, {} bytes)",
+        out.display(),
+        opts.dialect.name(),
+        summary.tensors.len(),
+        summary.file_bytes
+    );
+    let census: Vec<String> = census.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    println!("types: {}", census.join(", "));
+    if let Some(e) = &summary.engram_encoding {
+        println!("engram tables: {e}");
+    }
+    let fallbacks: Vec<_> = summary
+        .tensors
+        .iter()
+        .filter_map(|t| t.fallback.as_ref().map(|why| (t, why)))
+        .collect();
+    if let Some((first, why)) = fallbacks.first() {
+        println!(
+            "fallbacks: {} tensors kept their lossless type (e.g. {}: {why})",
+            fallbacks.len(),
+            first.name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn info(path: &Path, json: bool) -> anyhow::Result<ExitCode> {

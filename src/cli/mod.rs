@@ -45,6 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("golden-lens {}: desktop window not yet available; checking the embedded default golden", env!("CARGO_PKG_VERSION"));
             check::run(check::CheckArgs {
                 golden: None,
+                gguf: None,
                 backend: "cpu".into(),
                 mode: check::ModeArg::Chained,
                 only: None,
