@@ -12,6 +12,7 @@ use std::path::PathBuf;
 fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
     let cfg = session::model_of(g).expect("model").0;
     let mut reference = session::oracle_for(g).expect("oracle");
+    reference.diagnostics = true;
     let mut test = session::oracle_for(g).expect("oracle");
     test.faults = FaultPlan::new(faults);
     let mut state = TriageState::default();

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod gguf;
 pub mod golden;
+pub mod localize;
 pub mod selftest;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Plant every fault kind and require the check to catch each at the planted capture.
     Selftest(selftest::SelftestArgs),
+    /// Per step: input, chained and local error and the gain; names the first local divergence.
+    Localize(localize::LocalizeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Selftest(args)) => selftest::run(args),
+        Some(Command::Localize(args)) => localize::run(args),
         None => {
             // The desktop window is not built yet: run the headless check on the embedded
             // default golden, which is what the window would show first.

@@ -521,12 +521,14 @@ impl Oracle {
             }
         }
         let k = cfg.index_topk.min(t_vis);
-        self.pending_diag.push(Capture::f32(
-            format!("diag.L{l}.index_score"),
-            vec![1, s, t_vis],
-            CaptureDtype::Bf16,
-            score.clone(),
-        ));
+        if self.diagnostics {
+            self.pending_diag.push(Capture::f32(
+                format!("diag.L{l}.index_score"),
+                vec![1, s, t_vis],
+                CaptureDtype::Bf16,
+                score.clone(),
+            ));
+        }
         let tie_fault =
             self.faults
                 .structural(FaultKind::TieOrder, &format!("L{l}.sa_topk_idxs"), sp);

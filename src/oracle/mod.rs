@@ -45,6 +45,8 @@ pub struct Oracle {
     pub pins: Pins,
     /// Faults planted on purpose (self-test, localisation tests); empty in normal use.
     pub faults: faults::FaultPlan,
+    /// Emit diagnostic captures (`diag.*`: the scores each top-k ran on) for triage.
+    pub diagnostics: bool,
     /// Diagnostic tensors of the current step (index scores) waiting to be emitted.
     pending_diag: Vec<Capture>,
 }
@@ -94,6 +96,7 @@ impl Oracle {
             pre_mix: Vec::new(),
             pins: Pins::default(),
             faults: faults::FaultPlan::default(),
+            diagnostics: false,
             pending_diag: Vec::new(),
         }
     }
@@ -653,12 +656,14 @@ impl Oracle {
             self.sp,
         );
         let mut routing = moe::route(cfg, &scores, &bias, pinned, tie_fault);
-        out.push(Capture::f32(
-            format!("diag.L{l}.gate_biased"),
-            vec![s, e],
-            CaptureDtype::F32,
-            moe::biased_scores(cfg, &scores, &bias),
-        ));
+        if self.diagnostics {
+            out.push(Capture::f32(
+                format!("diag.L{l}.gate_biased"),
+                vec![s, e],
+                CaptureDtype::F32,
+                moe::biased_scores(cfg, &scores, &bias),
+            ));
+        }
         self.put_f32(
             out,
             format!("L{l}.moe_weights"),

@@ -6,8 +6,8 @@
 use crate::num::bf16_round;
 use rayon::prelude::*;
 
-/// Output elements per rayon task: small enough to spread a decode GEMV, big enough to amortise.
-const GEMM_CHUNK: usize = 64;
+/// Weight rows per rayon task in a GEMM (8 rows of 5120 f32 = 160 KiB, about an L2).
+const GEMM_COLS: usize = 8;
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const GEMM_PAR_MIN_MACS: usize = 1 << 16;
 
@@ -15,18 +15,21 @@ const GEMM_PAR_MIN_MACS: usize = 1 << 16;
 /// bf16/f32 value are exact or nearly so in f64), then one rounding to f32.
 #[inline]
 pub fn dot_f64(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f64; 4];
-    let chunks = a.len() / 4;
-    for c in 0..chunks {
-        let i = c * 4;
-        acc[0] += a[i] as f64 * b[i] as f64;
-        acc[1] += a[i + 1] as f64 * b[i + 1] as f64;
-        acc[2] += a[i + 2] as f64 * b[i + 2] as f64;
-        acc[3] += a[i + 3] as f64 * b[i + 3] as f64;
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        acc[0] += x[0] as f64 * y[0] as f64;
+        acc[1] += x[1] as f64 * y[1] as f64;
+        acc[2] += x[2] as f64 * y[2] as f64;
+        acc[3] += x[3] as f64 * y[3] as f64;
     }
     let mut tail = 0f64;
-    for i in chunks * 4..a.len() {
-        tail += a[i] as f64 * b[i] as f64;
+    for (x, y) in ta.iter().zip(tb) {
+        tail += *x as f64 * *y as f64;
     }
     (((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail) as f32
 }
@@ -44,9 +47,7 @@ pub fn gemm_bf16(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32>
 fn gemm(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, round: bool) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
     debug_assert_eq!(w.len(), n * k);
-    let mut out = vec![0f32; m * n];
-    let cell = |idx: usize| {
-        let (i, o) = (idx / n, idx % n);
+    let cell = |i: usize, o: usize| {
         let v = dot_f64(&x[i * k..(i + 1) * k], &w[o * k..(o + 1) * k]);
         if round {
             bf16_round(v)
@@ -54,18 +55,34 @@ fn gemm(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, round: bool) -> Vec<
             v
         }
     };
+    let mut out = vec![0f32; m * n];
     if m * n * k < GEMM_PAR_MIN_MACS {
         for (idx, y) in out.iter_mut().enumerate() {
-            *y = cell(idx);
+            *y = cell(idx / n, idx % n);
         }
-    } else {
-        out.par_chunks_mut(GEMM_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                for (j, y) in chunk.iter_mut().enumerate() {
-                    *y = cell(c * GEMM_CHUNK + j);
+        return out;
+    }
+    // Tasks own blocks of GEMM_COLS weight rows and run every input row against them while
+    // they are hot in cache, so each weight row is read from memory once, not m times.
+    let cols: Vec<Vec<f32>> = (0..n.div_ceil(GEMM_COLS))
+        .into_par_iter()
+        .map(|b| {
+            let (lo, hi) = (b * GEMM_COLS, ((b + 1) * GEMM_COLS).min(n));
+            let mut blk = Vec::with_capacity(m * (hi - lo));
+            for i in 0..m {
+                for o in lo..hi {
+                    blk.push(cell(i, o));
                 }
-            });
+            }
+            blk
+        })
+        .collect();
+    for (b, blk) in cols.iter().enumerate() {
+        let lo = b * GEMM_COLS;
+        let width = blk.len() / m;
+        for i in 0..m {
+            out[i * n + lo..i * n + lo + width].copy_from_slice(&blk[i * width..(i + 1) * width]);
+        }
     }
     out
 }

@@ -346,7 +346,8 @@ mod tests {
         let r = failing_result(&golden);
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("fail.json");
-        let n = write_failing_captures(&path, &golden, &[r.clone()], &provenance()).expect("write");
+        let n = write_failing_captures(&path, &golden, std::slice::from_ref(&r), &provenance())
+            .expect("write");
         assert_eq!(n, 1);
         let back = Golden::load(&path).expect("loads");
         assert_eq!(back.regimes.len(), golden.regimes.len());

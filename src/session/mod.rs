@@ -4,6 +4,7 @@
 pub mod controller;
 pub mod export;
 pub mod invariants;
+pub mod localize;
 pub mod report;
 pub mod selftest;
 pub mod triage;
