@@ -82,3 +82,44 @@ fn a_clean_backend_has_no_local_divergence() {
         .all(|s| s.local_ratio == 0.0 && s.chained_ratio == 0.0));
     assert_eq!(l.steps.len(), 3 * 11);
 }
+
+#[test]
+fn pinning_tells_a_selection_flip_from_a_compute_bug() {
+    use golden_lens::oracle::faults::FaultKind;
+    use golden_lens::session::localize::counterfactual;
+    let g = golden_lens::golden::embedded::default_golden().expect("golden");
+    let mut reference = session::oracle_for(&g).expect("oracle");
+    let recorded = RecordedRun::record(&g, &mut reference).expect("record");
+    let run = |kind: FaultKind, capture: &str| {
+        let fault = Fault {
+            kind,
+            capture: capture.into(),
+            regime_start: None,
+            index: 0,
+        };
+        let mut make = || -> Result<Box<dyn Backend>, SessionError> {
+            let mut o = session::oracle_for(&g)?;
+            o.faults = FaultPlan::new(vec![fault.clone()]);
+            Ok(Box::new(o))
+        };
+        counterfactual(&g, &recorded, &mut make, 5).expect("counterfactual")
+    };
+    let flip = run(FaultKind::TieOrder, "L5.sa_topk_idxs");
+    assert!(
+        flip.unpinned_ratio > 1.0,
+        "the tie flip must diverge downstream: {}",
+        flip.verdict
+    );
+    assert!(flip.pinned_ratio <= 1.0, "{}", flip.verdict);
+    assert!(
+        flip.verdict.starts_with("selection flip"),
+        "{}",
+        flip.verdict
+    );
+    let compute = run(FaultKind::Perturb(0.05), "L5.sa_o");
+    assert!(
+        compute.verdict.starts_with("compute"),
+        "{}",
+        compute.verdict
+    );
+}

@@ -22,6 +22,10 @@ pub struct LocalizeArgs {
     /// Judge with the Atlas bars instead of the strict (bf16 bit-exact) policies.
     #[arg(long)]
     pub atlas: bool,
+    /// Also rerun with the reference's selections (routing, index top-k) pinned from this layer
+    /// on, to tell a selection flip from a compute bug downstream.
+    #[arg(long)]
+    pub pin_from: Option<usize>,
 }
 
 pub fn run(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
@@ -55,6 +59,11 @@ pub fn run(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
         }
     );
     print!("{}", table(&l));
+    if let Some(layer) = args.pin_from {
+        let c =
+            golden_lens::session::localize::counterfactual(&golden, &recorded, &mut make, layer)?;
+        println!("pinned from layer {layer}: {}", c.verdict);
+    }
     Ok(if l.first_local_divergence.is_none() {
         ExitCode::SUCCESS
     } else {

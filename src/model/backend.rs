@@ -146,6 +146,15 @@ pub trait SeedTensors {
     fn full_i64(&self, back: usize, name: &str) -> Option<Vec<i64>>;
 }
 
+/// Selections forced into a backend for one forward (counterfactual pinning): per layer, the
+/// MoE routing `[s, k]` and an index source's compressed top-k `[s, k]` (offset applied, as in
+/// `shared.L*.topk_idxs`). Weights are still computed by the backend from its own scores.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pins {
+    pub moe_indices: std::collections::HashMap<usize, Vec<i64>>,
+    pub topk_idxs: std::collections::HashMap<usize, Vec<i64>>,
+}
+
 /// A backend that runs the V4.1 graph step by step with state persisting across regimes.
 pub trait Backend {
     /// Short name for reports (`cpu`, `gpu`).
@@ -156,6 +165,12 @@ pub trait Backend {
     fn steps(&self) -> Vec<Step>;
     /// Run one step and append its captures to `sink`.
     fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError>;
+    /// Force these selections for the current forward (after `begin`). Returns false when the
+    /// backend cannot pin (the default).
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        let _ = pins;
+        Ok(false)
+    }
     /// Overwrite the inputs and persistent state `step` reads with the reference's tensors
     /// (isolated mode). Returns the names of what could not be seeded and why.
     fn seed(

@@ -10,7 +10,9 @@ pub mod gguf_source;
 pub mod params;
 pub mod weights;
 
-pub use backend::{Backend, BackendError, Capture, CaptureDtype, CaptureValues, SeedTensors, Step};
+pub use backend::{
+    Backend, BackendError, Capture, CaptureDtype, CaptureValues, Pins, SeedTensors, Step,
+};
 pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
 pub use engram::EngramTables;
 pub use gguf_source::{GgufModel, GgufModelError, GgufSource};

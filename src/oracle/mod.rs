@@ -16,16 +16,9 @@ use crate::model::{
 use crate::num::bf16_round;
 use ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid, RopeTable};
 use state::{LayerState, PersistentState, RowCache, SharedSlots};
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Selections forced into the oracle (counterfactual pinning): per layer, the MoE routing
-/// `[s, k]` and the compressed top-k `[s, k]` (already offset, as in `shared.*.topk_idxs`).
-#[derive(Debug, Clone, Default)]
-pub struct Pins {
-    pub moe_indices: HashMap<usize, Vec<i64>>,
-    pub topk_idxs: HashMap<usize, Vec<i64>>,
-}
+pub use crate::model::Pins;
 
 /// The CPU reference backend.
 pub struct Oracle {
@@ -780,6 +773,8 @@ impl Backend for Oracle {
         self.hashes.clear();
         self.h.clear();
         self.pre_mix.clear();
+        // Pins hold for one forward; `pin` after `begin` sets them.
+        self.pins = Pins::default();
         Ok(())
     }
 
@@ -802,6 +797,11 @@ impl Backend for Oracle {
             Step::Block(l) => Err(invalid(step, format!("layer {l} does not exist"))),
             Step::Final => self.step_final(step, sink),
         }
+    }
+
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        self.pins = pins.clone();
+        Ok(true)
     }
 
     fn seed(

@@ -330,3 +330,125 @@ pub fn table(l: &Localization) -> String {
     }
     s
 }
+
+/// Counterfactual pinning: the test backend rerun chained with the reference's selections
+/// (MoE routing, index top-k) pinned from one layer on, so a selection flip is told apart from
+/// a compute bug downstream.
+#[derive(Debug, Clone)]
+pub struct Counterfactual {
+    pub from_layer: usize,
+    /// Worst chained ratio of the steps from `Block(from_layer)` on, without and with pinning.
+    pub unpinned_ratio: f64,
+    pub pinned_ratio: f64,
+    /// Whether the test backend supports pinning at all.
+    pub supported: bool,
+    pub verdict: String,
+}
+
+fn pins_for(
+    regime: &HashMap<String, Capture>,
+    cfg: &crate::model::ModelConfig,
+    from_layer: usize,
+) -> crate::model::Pins {
+    let mut pins = crate::model::Pins::default();
+    for l in from_layer..cfg.n_layers {
+        if let Some(CaptureValues::I64(v)) =
+            regime.get(&format!("L{l}.moe_indices")).map(|c| &c.values)
+        {
+            pins.moe_indices.insert(l, v.clone());
+        }
+        if cfg.index_source_layers.contains(&l) {
+            if let Some(CaptureValues::I64(v)) = regime
+                .get(&format!("shared.L{l}.topk_idxs"))
+                .map(|c| &c.values)
+            {
+                pins.topk_idxs.insert(l, v.clone());
+            }
+        }
+    }
+    pins
+}
+
+fn downstream_ratio(
+    reference: &RecordedRun,
+    backend: &mut dyn Backend,
+    cfg: &crate::model::ModelConfig,
+    from_layer: Option<usize>,
+    pin_from: usize,
+) -> Result<(f64, bool), SessionError> {
+    let mut worst = 0f64;
+    let mut supported = true;
+    for (regime, start, refcaps) in &reference.regimes {
+        let ids = match refcaps.get("input_ids").map(|c| &c.values) {
+            Some(CaptureValues::I64(v)) => v.clone(),
+            _ => continue,
+        };
+        let berr = |source| SessionError::Backend {
+            regime: regime.clone(),
+            source: Box::new(source),
+        };
+        backend.begin(&ids, *start).map_err(berr)?;
+        if let Some(l) = from_layer {
+            supported &= backend.pin(&pins_for(refcaps, cfg, l)).map_err(berr)?;
+        }
+        let mut downstream = false;
+        for step in backend.steps() {
+            downstream |= matches!(step, Step::Block(l) if l >= pin_from)
+                || (step == Step::Final && downstream);
+            let mut out = Vec::new();
+            backend.run(step, &mut out).map_err(berr)?;
+            if !downstream {
+                continue;
+            }
+            for c in out
+                .iter()
+                .filter(|c| !c.is_diagnostic() && !is_step_input(&c.name))
+            {
+                if let Some((r, _, _)) = ratio_vs(refcaps, c, false) {
+                    worst = worst.max(r);
+                }
+            }
+        }
+    }
+    Ok((worst, supported))
+}
+
+/// Run the counterfactual from `from_layer`: fresh test backends without and with the reference
+/// selections pinned for every layer from `from_layer` on.
+pub fn counterfactual(
+    golden: &Golden,
+    reference: &RecordedRun,
+    make_test: &mut dyn FnMut() -> Result<Box<dyn Backend>, SessionError>,
+    from_layer: usize,
+) -> Result<Counterfactual, SessionError> {
+    let cfg = model_of(golden)?.0;
+    let (unpinned_ratio, _) =
+        downstream_ratio(reference, make_test()?.as_mut(), &cfg, None, from_layer)?;
+    let (pinned_ratio, supported) = downstream_ratio(
+        reference,
+        make_test()?.as_mut(),
+        &cfg,
+        Some(from_layer),
+        from_layer,
+    )?;
+    let verdict = if !supported {
+        "the test backend cannot pin selections".to_string()
+    } else if unpinned_ratio <= 1.0 {
+        format!("no divergence from layer {from_layer} on (worst {unpinned_ratio:.3}x tolerance)")
+    } else if pinned_ratio <= 1.0 {
+        format!(
+            "selection flip: with the reference's selections pinned from layer {from_layer} the divergence ({unpinned_ratio:.3e}x) disappears ({pinned_ratio:.3}x)"
+        )
+    } else {
+        format!(
+            "compute: the divergence persists with the reference's selections pinned from layer {from_layer} ({unpinned_ratio:.3e}x -> {pinned_ratio:.3e}x)"
+        )
+    };
+    Ok(Counterfactual {
+        from_layer,
+        unpinned_ratio,
+        pinned_ratio,
+        supported,
+        verdict,
+    })
+}
