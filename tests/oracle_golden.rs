@@ -264,3 +264,26 @@ fn mask_conformance_names_a_leaked_window_position() {
         v[0].what
     );
 }
+
+#[test]
+fn every_oracle_capture_is_within_its_error_budget() {
+    let r = check("ds41_tiny_golden.v3.json", Mode::Chained);
+    let mut checked = 0;
+    for row in &r.rows {
+        let b = r.budget(row).expect("budget");
+        assert!(!b.reason.is_empty());
+        assert!(
+            row.cmp.max_abs_err <= b.abs,
+            "{} {}: {} over budget {} ({})",
+            row.regime,
+            row.name,
+            row.cmp.max_abs_err,
+            b.abs,
+            b.reason
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 443);
+    let j = r.to_json();
+    assert!(j["captures"][0]["budget_reason"].is_string());
+}

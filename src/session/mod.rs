@@ -1,6 +1,7 @@
 //! Runs a backend over a golden's regimes step by step (chained or isolated), compares every
 //! capture with the golden, and builds the report the CLI prints and the app shows.
 
+pub mod budget;
 pub mod controller;
 pub mod export;
 pub mod invariants;
@@ -229,6 +230,10 @@ pub fn run_check(
                             CaptureValues::I64(v) => Values::I64(v),
                         };
                         let cmp = compare_with_golden(values, &cap.shape, g, &policy);
+                        let max_abs = g.samples_f64().iter().fold(0f64, |m, v| m.max(v.abs()));
+                        report
+                            .reference_max_abs
+                            .insert((regime_name.clone(), cap.name.clone()), max_abs);
                         report.rows.push(CaptureRow {
                             regime: regime_name.clone(),
                             step,

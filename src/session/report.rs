@@ -42,6 +42,10 @@ pub struct Report {
     pub not_isolated: Vec<StepIsolation>,
     /// Invariant violations in the backend's own captures (regime, violation).
     pub violations: Vec<(String, super::invariants::Violation)>,
+    /// The graph's config (for error budgets), when the golden's fixture yields one.
+    pub config: Option<crate::model::ModelConfig>,
+    /// Largest |reference value| per (regime, capture), for error budgets.
+    pub reference_max_abs: std::collections::HashMap<(String, String), f64>,
 }
 
 /// Summary counts of a report.
@@ -68,6 +72,8 @@ impl Report {
             extra: Vec::new(),
             not_isolated: Vec::new(),
             violations: Vec::new(),
+            config: super::model_of(golden).ok().map(|m| m.0),
+            reference_max_abs: std::collections::HashMap::new(),
         }
     }
 
@@ -110,6 +116,15 @@ impl Report {
         self.rows.iter().find(|r| !r.cmp.pass)
     }
 
+    /// The error budget of a row, when the config and the reference magnitude are known.
+    pub fn budget(&self, r: &CaptureRow) -> Option<super::budget::Budget> {
+        let cfg = self.config.as_ref()?;
+        let m = *self
+            .reference_max_abs
+            .get(&(r.regime.clone(), r.name.clone()))?;
+        Some(super::budget::budget_for(cfg, &r.name, m))
+    }
+
     pub fn to_json(&self) -> Value {
         let s = self.summary();
         json!({
@@ -123,7 +138,16 @@ impl Report {
                 "f32_bit_exact": s.f32_bit_exact, "f32_total": s.f32_total,
             },
             "first_failure": self.first_failure().map(|r| json!({"regime": r.regime, "capture": r.name, "step": r.step.to_string()})),
-            "captures": self.rows.iter().map(row_json).collect::<Vec<_>>(),
+            "captures": self.rows.iter().map(|r| {
+                let mut v = row_json(r);
+                if let (Some(b), Value::Object(m)) = (self.budget(r), &mut v) {
+                    let over = if b.abs > 0.0 { r.cmp.max_abs_err / b.abs } else if r.cmp.max_abs_err == 0.0 { 0.0 } else { f64::INFINITY };
+                    m.insert("budget".into(), finite_or_null(b.abs));
+                    m.insert("observed_over_budget".into(), finite_or_null(over));
+                    m.insert("budget_reason".into(), json!(b.reason));
+                }
+                v
+            }).collect::<Vec<_>>(),
             "missing": self.missing.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>(),
             "extra": self.extra.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>(),
             "invariant_violations": self.violations.iter().map(|(r, v)| json!({"regime": r, "capture": v.capture, "index": v.index, "what": v.what})).collect::<Vec<_>>(),

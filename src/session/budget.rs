@@ -1,0 +1,99 @@
+//! Error budgets: beside the Atlas bars, a per-capture bound derived from how the capture is
+//! computed — its dtype, the length of the reduction that produced it and the magnitude of its
+//! values — with the reason stated. Observed error over budget above 1 means more error than
+//! that arithmetic can explain (a bug, not rounding).
+
+use crate::golden::names::{capture_kind, parse_capture_name, CaptureKind};
+use crate::model::ModelConfig;
+
+/// Unit roundoff of f32 (2^-24).
+pub const F32_UNIT_ROUNDOFF: f64 = 1.0 / 16_777_216.0;
+
+/// A budget and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub abs: f64,
+    pub reason: String,
+}
+
+/// One bf16 ulp at magnitude `m` (the spacing of bf16 numbers around it).
+pub fn bf16_ulp(m: f64) -> f64 {
+    if m <= 0.0 || !m.is_finite() {
+        return 0.0;
+    }
+    2f64.powi(m.log2().floor() as i32 - 7)
+}
+
+/// `gamma_K = K·u / (1 − K·u)`: the classic bound on relative error of a K-term f32 sum.
+pub fn gamma(k: usize) -> f64 {
+    let ku = k as f64 * F32_UNIT_ROUNDOFF;
+    ku / (1.0 - ku).max(f64::MIN_POSITIVE)
+}
+
+/// The reduction length of the operation that produces capture `base` (None: elementwise).
+fn reduction_len(cfg: &ModelConfig, base: &str) -> Option<(usize, &'static str)> {
+    Some(match base {
+        "attn_pre" | "attn_post" | "attn_comb" | "ffn_pre" | "ffn_post" | "ffn_comb"
+        | "pre_mix_out" => (cfg.hc_mult * cfg.dim, "hc mix projection over hc·dim"),
+        "sa_q" => (cfg.q_lora_rank, "wq_b over q_lora_rank"),
+        "sa_o" => (
+            cfg.window_size + cfg.index_topk,
+            "attention over the attended rows",
+        ),
+        "attn_out" => (
+            cfg.o_groups * cfg.o_lora_rank,
+            "wo_b over o_groups·o_lora_rank",
+        ),
+        "ffn_out" => (
+            cfg.moe_inter_dim * (cfg.n_activated_experts + 1),
+            "experts' w2 over moe_inter_dim, summed over routed + shared",
+        ),
+        "engram_kv" => (
+            cfg.engram
+                .as_ref()
+                .map_or(1, |e| e.n_hash_cols() * e.head_dim),
+            "engram wkv over hash columns·head_dim",
+        ),
+        "moe_weights" => (cfg.dim, "gate projection over dim"),
+        "logits_full" => (cfg.dim, "head projection over dim"),
+        "compress_kv" | "index_k" => (cfg.head_dim, "latent projections over head_dim"),
+        _ => return None,
+    })
+}
+
+/// The budget of capture `name` whose reference values reach `max_abs` in magnitude.
+pub fn budget_for(cfg: &ModelConfig, name: &str, max_abs: f64) -> Budget {
+    let parsed = parse_capture_name(name);
+    let kind = capture_kind(name);
+    let red = reduction_len(cfg, &parsed.base);
+    match (kind, red) {
+        (k, _) if k.is_int() => Budget { abs: 0.0, reason: "integer capture: exact".into() },
+        (CaptureKind::F32, Some((k, what))) => Budget {
+            abs: gamma(k) * (k as f64).sqrt() * max_abs.max(f64::MIN_POSITIVE) * 4.0,
+            reason: format!(
+                "f32 result of a {k}-term reduction ({what}) and a few f32 ops after it: 4·gamma_{k}·sqrt({k})·max|y| (random-sign accumulation bound)"
+            ),
+        },
+        (CaptureKind::F32, None) => Budget { abs: 4.0 * F32_UNIT_ROUNDOFF * max_abs, reason: "f32 elementwise: 4 f32 ulps of max|y|".into() },
+        (_, Some((k, what))) => Budget {
+            abs: bf16_ulp(max_abs) + gamma(k) * (k as f64).sqrt() * max_abs,
+            reason: format!(
+                "bf16 result of a {k}-term f32 reduction ({what}): half a bf16 ulp of rounding plus half for an order flip at the boundary (1 ulp of max|y|), plus gamma_{k}·sqrt({k})·max|y|"
+            ),
+        },
+        _ => Budget { abs: bf16_ulp(max_abs), reason: "bf16 elementwise or norm: one bf16 ulp of max|y| (one rounding, boundary flips)".into() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulp_and_gamma() {
+        assert_eq!(bf16_ulp(1.0), 1.0 / 128.0);
+        assert_eq!(bf16_ulp(1.5), 1.0 / 128.0);
+        assert_eq!(bf16_ulp(0.3), 1.0 / 512.0);
+        assert!((gamma(256) - 256.0 / 16_777_216.0).abs() < 1e-9);
+    }
+}
