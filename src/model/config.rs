@@ -362,6 +362,19 @@ impl ModelConfig {
                 ));
             }
             pos("candidate_topk_blocks", self.candidate_topk_blocks)?;
+            // Every later index source masks its scores with the published mask, which only fits
+            // scores over the same compressed positions.
+            for &l in self.index_source_layers.iter().filter(|&&l| l > c) {
+                if self.compress_ratios[l] != self.compress_ratios[c] {
+                    return Err(bad(
+                        "candidate_source_layer",
+                        format!(
+                            "index source {l} (ratio {}) consumes the candidate mask of layer {c} (ratio {}); the ratios must match",
+                            self.compress_ratios[l], self.compress_ratios[c]
+                        ),
+                    ));
+                }
+            }
             pos("candidate_block_size", self.candidate_block_size)?;
         }
         if !self.index_source_layers.is_empty() {

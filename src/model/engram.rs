@@ -166,6 +166,15 @@ fn is_prime(n: i64) -> bool {
     true
 }
 
+/// Table rows per engram layer under the reference's prime rule (the sum of its primes): what
+/// `engram_num_embeddings` must be for a config whose tables are derived.
+pub fn derived_rows(cfg: &EngramConfig) -> Vec<usize> {
+    derive_primes(cfg)
+        .iter()
+        .map(|l| l.iter().flatten().sum::<i64>() as usize)
+        .collect()
+}
+
 /// Per layer, per n-gram size the search restarts at `vocab_size - 1`; each head takes the next
 /// prime above the current value that no earlier (layer, size, head) has used.
 fn derive_primes(cfg: &EngramConfig) -> Vec<Vec<Vec<i64>>> {
