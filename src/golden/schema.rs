@@ -88,6 +88,29 @@ pub enum StorageDtype {
     F8E8m0,
 }
 
+impl WeightKind {
+    /// The `kind` string of `weights_meta`.
+    pub fn label(self) -> &'static str {
+        match self {
+            WeightKind::F32 => "f32",
+            WeightKind::Fp8 => "fp8",
+            WeightKind::E8m0 => "e8m0",
+        }
+    }
+}
+
+impl StorageDtype {
+    /// The torch dtype name of `weights_meta`.
+    pub fn label(self) -> &'static str {
+        match self {
+            StorageDtype::Bf16 => "bfloat16",
+            StorageDtype::F32 => "float32",
+            StorageDtype::F8E4m3 => "float8_e4m3fn",
+            StorageDtype::F8E8m0 => "float8_e8m0fnu",
+        }
+    }
+}
+
 /// One `weights_meta` entry.
 #[derive(Debug, Clone)]
 pub struct WeightMeta {

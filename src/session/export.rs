@@ -8,7 +8,7 @@ use super::controller::CaptureResult;
 use super::Mode;
 use crate::golden::compare::Comparison;
 use crate::golden::schema::TOP_GOLDEN_LENS;
-use crate::golden::{CaptureData, Golden, StorageDtype, WeightKind};
+use crate::golden::{CaptureData, Golden};
 use crate::model::CaptureValues;
 use serde_json::{json, Map, Value};
 use std::path::Path;
@@ -96,17 +96,7 @@ fn values_json(v: &CaptureValues) -> Value {
 fn weights_meta_json(golden: &Golden) -> Value {
     let mut m = Map::new();
     for w in &golden.weights_meta {
-        let kind = match w.kind {
-            WeightKind::F32 => "f32",
-            WeightKind::Fp8 => "fp8",
-            WeightKind::E8m0 => "e8m0",
-        };
-        let dtype = match w.dtype {
-            StorageDtype::Bf16 => "bfloat16",
-            StorageDtype::F32 => "float32",
-            StorageDtype::F8E4m3 => "float8_e4m3fn",
-            StorageDtype::F8E8m0 => "float8_e8m0fnu",
-        };
+        let (kind, dtype) = (w.kind.label(), w.dtype.label());
         m.insert(
             w.name.clone(),
             json!({"shape": w.shape, "n": w.n, "scale": w.scale, "offset": w.offset,

@@ -4,7 +4,7 @@
 
 use super::SessionError;
 use crate::golden::weights::{checksum, regenerate};
-use crate::golden::{Golden, StorageDtype, WeightKind, WeightMeta};
+use crate::golden::{Golden, WeightMeta};
 use crate::model::{Backend, Capture, CaptureValues};
 use crate::num::fixed_int;
 use serde_json::{Map, Value};
@@ -257,19 +257,8 @@ fn weight_meta_json(w: &WeightMeta) -> Result<Value, SessionError> {
     m.insert("n".into(), Value::from(w.n));
     m.insert("scale".into(), Value::from(w.scale));
     m.insert("offset".into(), Value::from(w.offset));
-    let kind = match w.kind {
-        WeightKind::F32 => "f32",
-        WeightKind::Fp8 => "fp8",
-        WeightKind::E8m0 => "e8m0",
-    };
-    let dtype = match w.dtype {
-        StorageDtype::Bf16 => "bfloat16",
-        StorageDtype::F32 => "float32",
-        StorageDtype::F8E4m3 => "float8_e4m3fn",
-        StorageDtype::F8E8m0 => "float8_e8m0fnu",
-    };
-    m.insert("kind".into(), Value::from(kind));
-    m.insert("dtype".into(), Value::from(dtype));
+    m.insert("kind".into(), Value::from(w.kind.label()));
+    m.insert("dtype".into(), Value::from(w.dtype.label()));
     m.insert("ck".into(), Value::from(checksum(&values)));
     Ok(Value::Object(m))
 }

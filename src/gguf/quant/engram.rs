@@ -148,27 +148,12 @@ impl EngramEncoding {
 
 /// Decodes FP8 E4M3 (bias 7, no infinities, 0x7f/0xff are NaN) exactly to f32.
 pub fn e4m3_to_f32(code: u8) -> f32 {
-    let sign = if code & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let exp = i32::from((code >> 3) & 0x0f);
-    let mant = f32::from(code & 0x07);
-    if code & 0x7f == 0x7f {
-        return f32::NAN;
-    }
-    let magnitude = if exp == 0 {
-        mant * 2f32.powi(-9)
-    } else {
-        (8.0 + mant) * 2f32.powi(exp - 10)
-    };
-    sign * magnitude
+    crate::num::e4m3_decode(code)
 }
 
 /// `2^(s − 127)` for an E8M0 scale byte below 255 (exact; s = 0 is the subnormal 2^-127).
 pub fn e8m0_to_f32(s: u8) -> f32 {
-    if s == 0 {
-        f32::from_bits(0x0040_0000)
-    } else {
-        f32::from_bits(u32::from(s) << 23)
-    }
+    crate::num::e8m0_decode(s)
 }
 
 /// The E5M3 scale byte of `lloyd4_e5m3_32_r136`: `(8 + M)/16 · 2^(E − 16)`.

@@ -33,17 +33,12 @@ pub fn dequantize_i8(bytes: &[u8], out: &mut [f32]) {
 
 /// bf16 bits to f32: the bits are the upper half of the f32.
 pub fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits(u32::from(bits) << 16)
+    crate::num::bf16_to_f32(bits)
 }
 
-/// Rounds an f32 to the nearest bf16 (ties to even) and returns it as f32. NaN stays NaN.
+/// Rounds an f32 to the nearest bf16 (ties to even) and returns it as f32 (`num::bf16_round`).
 pub fn round_to_bf16(x: f32) -> f32 {
-    if x.is_nan() {
-        return x;
-    }
-    let bits = x.to_bits();
-    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) & 0xffff_0000;
-    f32::from_bits(rounded)
+    crate::num::bf16_round(x)
 }
 
 #[cfg(test)]
