@@ -3,6 +3,8 @@
 
 pub mod gguf;
 pub mod golden;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod model;
 pub mod num;
 pub mod oracle;

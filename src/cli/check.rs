@@ -22,9 +22,18 @@ pub struct CheckArgs {
     /// shard of a set) instead of the golden's filler weights.
     #[arg(long)]
     pub gguf: Option<PathBuf>,
-    /// Backends to run (only `cpu` so far).
+    /// Backends to run: `cpu` (the oracle), `gpu` (the wgpu path; needs the `gpu` feature) or
+    /// `cpu,gpu` (both in lockstep: each against the golden, and the GPU against the oracle).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
+    /// GPU: run the top-k selections on the host with the torch-CPU tie rule (as production
+    /// ports do), so the golden's tie-broken indices can match exactly.
+    #[arg(long)]
+    pub reference_ties: bool,
+    /// GPU: perturb the kernel producing one capture on purpose, `KIND@CAPTURE` with KIND one of
+    /// bitflip, window-off-by-one, rope-sign, dropped-workgroup, stale-buffer.
+    #[arg(long, value_name = "KIND@CAPTURE")]
+    pub inject: Option<String>,
     /// `chained`: each backend carries its own state; `isolated`: every step's inputs and state
     /// are reseeded from the golden (needs full captures, e.g. the v3-full golden).
     #[arg(long, value_enum, default_value = "chained")]
@@ -46,12 +55,27 @@ pub struct CheckArgs {
     pub strict: bool,
 }
 
+/// Which backends a `--backend` value asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backends {
+    Cpu,
+    Gpu,
+    CpuGpu,
+}
+
+fn parse_backends(v: &str) -> anyhow::Result<Backends> {
+    match v {
+        "cpu" => Ok(Backends::Cpu),
+        "gpu" => Ok(Backends::Gpu),
+        "cpu,gpu" | "gpu,cpu" => Ok(Backends::CpuGpu),
+        other => anyhow::bail!("--backend {other}: expected cpu, gpu or cpu,gpu"),
+    }
+}
+
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    if args.backend != "cpu" {
-        anyhow::bail!(
-            "backend `{}` is not available in this build (use `cpu`)",
-            args.backend
-        );
+    let backends = parse_backends(&args.backend)?;
+    if backends == Backends::Cpu && (args.reference_ties || args.inject.is_some()) {
+        anyhow::bail!("--reference-ties and --inject apply to the GPU backend (use --backend gpu)");
     }
     let golden = match &args.golden {
         Some(p) => Golden::load(p)?,
@@ -79,13 +103,163 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         strict: args.strict,
         invariants: Some(session::model_of(&golden)?.0),
     };
-    let mut oracle = match &args.gguf {
-        Some(path) => gguf_oracle(path, &golden)?,
-        None => session::oracle_for(&golden)?,
+    match backends {
+        Backends::Cpu => {
+            let mut oracle = match &args.gguf {
+                Some(path) => gguf_oracle(path, &golden)?,
+                None => session::oracle_for(&golden)?,
+            };
+            let report = session::run_check(&golden, &mut oracle, &opts)?;
+            println!("golden:  {}", report.golden_source);
+            println!("backend: cpu oracle ({} mode)", report.mode.label());
+            let ok = print_report(&report, &args)?;
+            Ok(exit(ok))
+        }
+        Backends::Gpu | Backends::CpuGpu => run_gpu(&golden, &opts, &args, backends),
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+fn run_gpu(
+    _golden: &Golden,
+    _opts: &CheckOptions,
+    args: &CheckArgs,
+    _backends: Backends,
+) -> anyhow::Result<ExitCode> {
+    anyhow::bail!(
+        "backend `{}` needs a build with the `gpu` feature (cargo build --features gpu)",
+        args.backend
+    )
+}
+
+#[cfg(feature = "gpu")]
+fn run_gpu(
+    golden: &Golden,
+    opts: &CheckOptions,
+    args: &CheckArgs,
+    backends: Backends,
+) -> anyhow::Result<ExitCode> {
+    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions, Injection};
+    use golden_lens::model::{FillerSource, WeightSource};
+    use std::sync::Arc;
+    let inject = args
+        .inject
+        .as_deref()
+        .map(str::parse::<Injection>)
+        .transpose()?;
+    let ctx = GpuContext::new()?;
+    println!("adapter: {}", ctx.adapter);
+    let (cfg, tables) = session::model_of(golden)?;
+    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
+        golden.source.display().to_string(),
+        &golden.weights_meta,
+    ));
+    let gopts = GpuOptions {
+        reference_ties: args.reference_ties,
+        inject: inject.clone(),
+        tie_audit: !args.reference_ties && backends == Backends::CpuGpu,
     };
-    let report = session::run_check(&golden, &mut oracle, &opts)?;
-    println!("golden:  {}", report.golden_source);
-    println!("backend: cpu oracle ({} mode)", report.mode.label());
+    let mut gpu = GpuBackend::new(ctx, cfg, weights, tables, gopts)?;
+    let ties = if args.reference_ties {
+        "top-k on the host (torch-CPU tie rule)"
+    } else {
+        "top-k on the GPU (tie rule: larger first, equal values by lower index)"
+    };
+    if let Some(i) = &inject {
+        println!("inject:  {i}");
+    }
+    if backends == Backends::Gpu {
+        let report = session::run_check(golden, &mut gpu, opts)?;
+        println!("golden:  {}", report.golden_source);
+        println!("backend: gpu ({} mode; {ties})", report.mode.label());
+        let ok = print_report(&report, args)?;
+        println!(
+            "gpu: {} dispatches, {:.3} s in steps",
+            gpu.dispatch_count(),
+            gpu.run_seconds
+        );
+        return Ok(exit(ok));
+    }
+    if opts.mode != Mode::Chained {
+        anyhow::bail!("--backend cpu,gpu runs chained only (use one backend for --mode isolated)");
+    }
+    let mut oracle = session::oracle_for(golden)?;
+    let t0 = std::time::Instant::now();
+    let multi = {
+        let mut list: [&mut dyn golden_lens::model::Backend; 2] = [&mut oracle, &mut gpu];
+        session::multi::run_lockstep(golden, &mut list, 0, opts)?
+    };
+    let total_s = t0.elapsed().as_secs_f64();
+    let mut ok = true;
+    for report in &multi.golden {
+        println!(
+            "== {} against the golden ({} mode) ==",
+            report.backend,
+            report.mode.label()
+        );
+        println!("golden:  {}", report.golden_source);
+        ok &= print_report(report, args)?;
+    }
+    println!("== gpu against the cpu oracle (GPU policy; {ties}) ==");
+    println!(
+        "{:<10} {:<28} {:<10} {:>12} {:>12} {:>9}  verdict",
+        "regime", "capture", "policy", "max_abs_err", "tol", "ratio"
+    );
+    for r in multi.cross.iter().flat_map(|(_, rows)| rows) {
+        if args.quiet && r.cmp.pass {
+            continue;
+        }
+        let verdict = match (r.cmp.pass, r.cmp.bit_exact, r.tie_flip) {
+            (true, true, _) => "within (bit-exact)".to_string(),
+            (true, false, _) => "within".to_string(),
+            (false, _, true) => "TIE FLIP (tie rule only)".to_string(),
+            (false, _, false) => format!("OUTSIDE: {}", r.cmp.reason),
+        };
+        println!(
+            "{:<10} {:<28} {:<10} {:>12.3e} {:>12.3e} {:>9.3}  {}",
+            r.regime,
+            r.name,
+            r.cmp.policy_name,
+            r.cmp.max_abs_err,
+            r.cmp.tol,
+            r.cmp.worst_ratio,
+            verdict
+        );
+    }
+    for (_, missing) in &multi.cross_missing {
+        for (regime, name) in missing {
+            println!("{regime:<10} {name:<28} MISSING on the gpu");
+        }
+    }
+    let c = multi.cross_summary(0);
+    println!(
+        "gpu vs cpu: {} captures compared, {} within the GPU policy ({} bit-exact), {} tie flips, {} outside, {} missing",
+        c.compared, c.within_policy, c.bit_exact, c.tie_flips, c.failed, c.missing
+    );
+    if let Some(f) = multi.first_cross_failure(0) {
+        println!("first gpu divergence: {} {} ({})", f.regime, f.name, f.step);
+    }
+    println!(
+        "gpu: {} dispatches, {:.3} s in gpu steps, {:.3} s lockstep total",
+        gpu.dispatch_count(),
+        gpu.run_seconds,
+        total_s
+    );
+    ok &= c.failed == 0 && c.missing == 0;
+    println!("overall: {}", if ok { "pass" } else { "FAIL" });
+    Ok(exit(ok))
+}
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Print one backend's golden report (rows, missing, invariants, summary); true when it passed.
+fn print_report(report: &session::Report, args: &CheckArgs) -> anyhow::Result<bool> {
     println!(
         "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9}  verdict",
         "regime", "capture", "kind", "max_abs_err", "tol", "ratio"
@@ -150,11 +324,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         println!("report written to {}", path.display());
     }
     println!("{} passed, {} failed", s.passed, s.failed);
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(report.ok())
 }
 
 /// Write `bytes` to `path` through a temporary file in the same directory and a rename, so a

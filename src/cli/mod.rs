@@ -57,6 +57,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json: None,
                 quiet: true,
                 strict: false,
+                reference_ties: false,
+                inject: None,
             })
         }
     }

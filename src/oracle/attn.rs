@@ -554,7 +554,7 @@ impl Oracle {
 }
 
 /// Softmax-gated pooling of `r` consecutive rows per group, per dimension, in f32.
-fn pool(kv: &[f32], score: &[f32], r: usize, hd: usize) -> Vec<f32> {
+pub fn pool(kv: &[f32], score: &[f32], r: usize, hd: usize) -> Vec<f32> {
     let groups = kv.len() / (r * hd);
     let mut out = Vec::with_capacity(groups * hd);
     for g in 0..groups {

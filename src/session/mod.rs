@@ -5,6 +5,7 @@ pub mod budget;
 pub mod controller;
 pub mod export;
 pub mod invariants;
+pub mod multi;
 pub mod localize;
 pub mod report;
 pub mod selftest;

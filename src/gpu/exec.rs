@@ -1,0 +1,558 @@
+//! The executor: buffers, one explicit bind-group layout per kernel family, lazily built
+//! pipelines, a command encoder that dispatches are recorded into, copies taken at capture time,
+//! and read-backs. All device tensors are f32 arrays; integer tensors (indices, masks) are
+//! carried as exact f32 integers (|v| < 2^24, checked where they are made).
+
+use super::context::GpuContext;
+use super::{guard, GpuError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// How a kernel family's binding is accessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Binding 0 of every family: the family's uniform struct.
+    Uniform,
+    /// A read-only storage buffer.
+    Read,
+    /// A read-write storage buffer.
+    ReadWrite,
+}
+
+/// One WGSL file: its source, entry points and bind-group layout (binding i = `bindings[i]`).
+#[derive(Debug)]
+pub struct Family {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub entries: &'static [&'static str],
+    pub bindings: &'static [Access],
+}
+
+/// Every kernel family, for the naga tests and pipeline creation.
+pub const FAMILIES: &[&Family] = &[
+    &super::gemm::FAMILY,
+    &super::rows::FAMILY,
+    &super::rope::FAMILY,
+    &super::quant::FAMILY,
+    &super::hc::FAMILY,
+    &super::engram::FAMILY,
+    &super::attn::FAMILY,
+    &super::compress::FAMILY,
+    &super::moe::FAMILY,
+];
+
+/// Parse and validate a family (with the common prelude) through naga, without a GPU; returns
+/// the number of entry points, after checking each declared one exists.
+pub fn validate_family(fam: &Family) -> Result<usize, String> {
+    let full = format!("{}\n{}", super::COMMON_WGSL, fam.source);
+    let module = wgpu::naga::front::wgsl::parse_str(&full)
+        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
+    let mut v = wgpu::naga::valid::Validator::new(
+        wgpu::naga::valid::ValidationFlags::all(),
+        wgpu::naga::valid::Capabilities::default(),
+    );
+    v.validate(&module)
+        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
+    for entry in fam.entries {
+        if !module.entry_points.iter().any(|e| e.name == *entry) {
+            return Err(format!("{}: entry `{entry}` missing", fam.name));
+        }
+    }
+    Ok(module.entry_points.len())
+}
+
+/// A device tensor of `len` f32 values.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub buf: Arc<wgpu::Buffer>,
+    pub len: usize,
+}
+
+impl Tensor {
+    /// Size in bytes of the values (not of the allocation, which is at least 4).
+    pub fn bytes(&self) -> u64 {
+        (self.len * 4) as u64
+    }
+}
+
+/// A weight `[rows, cols]` split on row boundaries into chunks that each fit one storage
+/// binding (lavapipe: 128 MiB), so real-dims tensors run on any adapter.
+#[derive(Debug, Clone)]
+pub struct WeightTensor {
+    pub rows: usize,
+    pub cols: usize,
+    /// `(first row, row count, data)` per chunk.
+    pub chunks: Vec<(usize, usize, Tensor)>,
+}
+
+impl WeightTensor {
+    /// The whole tensor when it is a single chunk.
+    pub fn single(&self) -> Option<&Tensor> {
+        match self.chunks.as_slice() {
+            [(_, _, t)] => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A capture copy taken at capture time, resolved after the step's submission.
+#[derive(Debug)]
+pub struct Pending {
+    staging: wgpu::Buffer,
+    len: usize,
+}
+
+/// The executor over one context.
+pub struct Gpu {
+    pub ctx: GpuContext,
+    layouts: HashMap<&'static str, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
+    modules: HashMap<&'static str, wgpu::ShaderModule>,
+    pipelines: HashMap<(&'static str, &'static str), wgpu::ComputePipeline>,
+    encoder: Option<wgpu::CommandEncoder>,
+    /// Dispatches recorded since the last submission (a big batch is submitted early).
+    pending_dispatches: usize,
+    /// Kernel dispatches since creation (reports).
+    pub dispatch_count: u64,
+    /// Largest chunk of a chunked weight, in bytes: the adapter's binding limit, or less when a
+    /// test forces chunking on small tensors.
+    pub max_chunk_bytes: u64,
+}
+
+/// Submit after this many recorded dispatches, so lavapipe never sees one enormous batch.
+const MAX_DISPATCHES_PER_SUBMIT: usize = 256;
+
+/// Workgroup size every 1-D/2-D kernel uses along x.
+pub const WG: u32 = 64;
+
+/// Largest workgroup count per dispatch dimension (WebGPU's default limit).
+pub const MAX_GROUPS: u32 = 65535;
+
+/// Workgroups for `n` lanes along x in groups of [`WG`].
+pub fn groups_for(n: usize) -> u32 {
+    n.div_ceil(WG as usize) as u32
+}
+
+/// `(x, y)` workgroup counts for a flat kernel that folds y into the index as
+/// `gid.x + gid.y · 65535 · 64`.
+pub fn flat_groups(n: usize) -> (u32, u32) {
+    let g = n.div_ceil(WG as usize).max(1);
+    let x = g.min(MAX_GROUPS as usize);
+    let y = g.div_ceil(MAX_GROUPS as usize);
+    (x as u32, y as u32)
+}
+
+impl Gpu {
+    /// An executor on `ctx`.
+    pub fn new(ctx: GpuContext) -> Gpu {
+        let max_chunk_bytes = ctx.max_binding_bytes();
+        Gpu {
+            max_chunk_bytes,
+            ctx,
+            layouts: HashMap::new(),
+            modules: HashMap::new(),
+            pipelines: HashMap::new(),
+            encoder: None,
+            pending_dispatches: 0,
+            dispatch_count: 0,
+        }
+    }
+
+    fn check_size(&self, what: &str, n: usize) -> Result<u64, GpuError> {
+        let bytes = (n.max(1) * 4) as u64;
+        let limit = self.ctx.max_binding_bytes();
+        if bytes > limit {
+            return Err(GpuError::TooLarge {
+                what: what.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn buffer(&self, what: &str, n: usize) -> Result<wgpu::Buffer, GpuError> {
+        let size = self.check_size(what, n)?;
+        Ok(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size,
+            // STORAGE: kernels read/write it; COPY_SRC: capture copies and read-backs;
+            // COPY_DST: uploads and row copies into caches.
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A zero-filled tensor (wgpu zero-initialises new buffers).
+    pub fn zeros(&self, what: &str, n: usize) -> Result<Tensor, GpuError> {
+        Ok(Tensor {
+            buf: Arc::new(self.buffer(what, n)?),
+            len: n,
+        })
+    }
+
+    /// A tensor holding `data`.
+    pub fn upload(&self, what: &str, data: &[f32]) -> Result<Tensor, GpuError> {
+        let t = self.zeros(what, data.len())?;
+        if !data.is_empty() {
+            self.ctx
+                .queue
+                .write_buffer(&t.buf, 0, bytemuck::cast_slice(data));
+        }
+        Ok(t)
+    }
+
+    /// Overwrite `data.len()` values of `t` starting at element `offset` (queue order: before
+    /// the next submission's work, after the previous one's).
+    pub fn write(&mut self, t: &Tensor, offset: usize, data: &[f32]) -> Result<(), GpuError> {
+        if offset + data.len() > t.len {
+            return Err(guard(
+                "write",
+                format!("{}+{} > {}", offset, data.len(), t.len),
+            ));
+        }
+        // Keep ordering with already recorded work: submit it first.
+        self.flush();
+        if !data.is_empty() {
+            self.ctx
+                .queue
+                .write_buffer(&t.buf, (offset * 4) as u64, bytemuck::cast_slice(data));
+        }
+        Ok(())
+    }
+
+    /// A weight `[rows, cols]` uploaded in chunks of whole rows that each fit one binding.
+    pub fn upload_weight(
+        &self,
+        what: &str,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<WeightTensor, GpuError> {
+        if rows * cols != data.len() || cols == 0 {
+            return Err(guard(
+                "upload_weight",
+                format!("{what}: {} values for [{rows}, {cols}]", data.len()),
+            ));
+        }
+        let max_rows =
+            (self.max_chunk_bytes.min(self.ctx.max_binding_bytes()) / (cols as u64 * 4)) as usize;
+        if max_rows == 0 {
+            return Err(GpuError::TooLarge {
+                what: format!("{what} (one row)"),
+                bytes: cols as u64 * 4,
+                limit: self.ctx.max_binding_bytes(),
+            });
+        }
+        let mut chunks = Vec::new();
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = (rows - r0).min(max_rows);
+            let t = self.upload(what, &data[r0 * cols..(r0 + n) * cols])?;
+            chunks.push((r0, n, t));
+            r0 += n;
+        }
+        Ok(WeightTensor { rows, cols, chunks })
+    }
+
+    fn family_layout(
+        &mut self,
+        fam: &'static Family,
+    ) -> &(wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        let device = &self.ctx.device;
+        self.layouts.entry(fam.name).or_insert_with(|| {
+            let entries: Vec<wgpu::BindGroupLayoutEntry> = fam
+                .bindings
+                .iter()
+                .enumerate()
+                .map(|(i, a)| wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: match a {
+                        Access::Uniform => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Uniform,
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        Access::Read | Access::ReadWrite => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage {
+                                read_only: *a == Access::Read,
+                            },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                    },
+                    count: None,
+                })
+                .collect();
+            let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(fam.name),
+                entries: &entries,
+            });
+            let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(fam.name),
+                bind_group_layouts: &[Some(&bgl)],
+                immediate_size: 0,
+            });
+            (bgl, pl)
+        })
+    }
+
+    fn pipeline(
+        &mut self,
+        fam: &'static Family,
+        entry: &'static str,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&(fam.name, entry)) {
+            return Ok(p.clone());
+        }
+        if !fam.entries.contains(&entry) {
+            return Err(guard(fam.name, format!("no entry point `{entry}`")));
+        }
+        self.family_layout(fam);
+        let device = self.ctx.device.clone();
+        let module = self.modules.entry(fam.name).or_insert_with(|| {
+            let src = format!("{}\n{}", super::COMMON_WGSL, fam.source);
+            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(fam.name),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            })
+        });
+        let module = module.clone();
+        let (_, pl) = &self.layouts[fam.name];
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: Some(pl),
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Wgpu(format!("{}::{entry}: {e}", fam.name)));
+        }
+        self.pipelines.insert((fam.name, entry), p.clone());
+        Ok(p)
+    }
+
+    fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        let device = &self.ctx.device;
+        self.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("golden-lens step"),
+            })
+        })
+    }
+
+    /// Record one dispatch of `fam::entry` with `params` (the family's uniform struct) and the
+    /// storage `bufs` (bindings 1..), over `groups` workgroups.
+    pub fn dispatch(
+        &mut self,
+        fam: &'static Family,
+        entry: &'static str,
+        params: &[u8],
+        bufs: &[&Tensor],
+        groups: (u32, u32, u32),
+    ) -> Result<(), GpuError> {
+        if bufs.len() + 1 != fam.bindings.len() {
+            return Err(guard(
+                fam.name,
+                format!(
+                    "{entry}: {} buffers for {} storage bindings",
+                    bufs.len(),
+                    fam.bindings.len() - 1
+                ),
+            ));
+        }
+        if groups.0 > MAX_GROUPS || groups.1 > MAX_GROUPS || groups.2 > MAX_GROUPS {
+            return Err(guard(fam.name, format!("{entry}: {groups:?} workgroups")));
+        }
+        if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 {
+            return Ok(());
+        }
+        let pipeline = self.pipeline(fam, entry)?;
+        let uniform = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: params.len().max(16) as u64,
+            // UNIFORM: binding 0; COPY_DST: filled by the queue write below.
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.ctx.queue.write_buffer(&uniform, 0, params);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        for (i, b) in bufs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.buf.as_entire_binding(),
+            });
+        }
+        let (bgl, _) = &self.layouts[fam.name];
+        let bg = self
+            .ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(entry),
+                layout: bgl,
+                entries: &entries,
+            });
+        {
+            let enc = self.encoder();
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(entry),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        }
+        self.dispatch_count += 1;
+        self.pending_dispatches += 1;
+        if self.pending_dispatches >= MAX_DISPATCHES_PER_SUBMIT {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    /// Record a copy of `n` values from `src[src_off..]` to `dst[dst_off..]`.
+    pub fn copy(
+        &mut self,
+        src: &Tensor,
+        src_off: usize,
+        dst: &Tensor,
+        dst_off: usize,
+        n: usize,
+    ) -> Result<(), GpuError> {
+        if src_off + n > src.len || dst_off + n > dst.len {
+            return Err(guard(
+                "copy",
+                format!(
+                    "{src_off}+{n} of {} into {dst_off}+{n} of {}",
+                    src.len, dst.len
+                ),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (s, d) = (src.buf.clone(), dst.buf.clone());
+        self.encoder().copy_buffer_to_buffer(
+            &s,
+            (src_off * 4) as u64,
+            &d,
+            (dst_off * 4) as u64,
+            (n * 4) as u64,
+        );
+        Ok(())
+    }
+
+    /// A fresh tensor holding `n` values of `src` from `off` (a copy recorded now).
+    pub fn slice(
+        &mut self,
+        what: &str,
+        src: &Tensor,
+        off: usize,
+        n: usize,
+    ) -> Result<Tensor, GpuError> {
+        let t = self.zeros(what, n)?;
+        self.copy(src, off, &t, 0, n)?;
+        Ok(t)
+    }
+
+    /// Submit everything recorded so far.
+    pub fn flush(&mut self) {
+        if let Some(enc) = self.encoder.take() {
+            self.ctx.queue.submit([enc.finish()]);
+        }
+        self.pending_dispatches = 0;
+    }
+
+    /// Record, at this point of the command stream, a copy of `n` values of `t` from `off` into
+    /// a mappable buffer: the capture sees exactly what the producing kernel wrote, whatever
+    /// later kernels do with `t`.
+    pub fn capture(&mut self, t: &Tensor, off: usize, n: usize) -> Result<Pending, GpuError> {
+        if off + n > t.len {
+            return Err(guard("capture", format!("{off}+{n} > {}", t.len)));
+        }
+        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("capture"),
+            size: (n.max(1) * 4) as u64,
+            // MAP_READ: read back on the host; COPY_DST: filled by the recorded copy.
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if n > 0 {
+            let src = t.buf.clone();
+            self.encoder().copy_buffer_to_buffer(
+                &src,
+                (off * 4) as u64,
+                &staging,
+                0,
+                (n * 4) as u64,
+            );
+        }
+        Ok(Pending { staging, len: n })
+    }
+
+    /// Submit and read back pending captures, in order.
+    pub fn resolve(&mut self, pending: Vec<Pending>) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.flush();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, p) in pending.iter().enumerate() {
+            if p.len == 0 {
+                continue;
+            }
+            let tx = tx.clone();
+            p.staging
+                .slice(..)
+                .map_async(wgpu::MapMode::Read, move |r| {
+                    let _ = tx.send((i, r.is_ok()));
+                });
+        }
+        drop(tx);
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Map(e.to_string()))?;
+        let mut ok = vec![false; pending.len()];
+        for (i, good) in rx.iter() {
+            ok[i] = good;
+        }
+        let mut out = Vec::with_capacity(pending.len());
+        for (i, p) in pending.into_iter().enumerate() {
+            if p.len == 0 {
+                out.push(Vec::new());
+                continue;
+            }
+            if !ok[i] {
+                return Err(GpuError::Map(format!("capture {i} could not be mapped")));
+            }
+            let view = p
+                .staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Map(e.to_string()))?;
+            let v: Vec<f32> = bytemuck::cast_slice::<u8, f32>(&view[..p.len * 4]).to_vec();
+            drop(view);
+            p.staging.unmap();
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// Read `n` values of `t` from `off` now (submits recorded work first).
+    pub fn read(&mut self, t: &Tensor, off: usize, n: usize) -> Result<Vec<f32>, GpuError> {
+        let p = self.capture(t, off, n)?;
+        let mut v = self.resolve(vec![p])?;
+        Ok(v.pop().unwrap_or_default())
+    }
+
+    /// Read a whole tensor.
+    pub fn read_all(&mut self, t: &Tensor) -> Result<Vec<f32>, GpuError> {
+        self.read(t, 0, t.len)
+    }
+}
