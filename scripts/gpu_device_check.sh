@@ -32,8 +32,8 @@ echo "building (release, offline, vendored) ..."
 if ! cargo build --offline --release --features gpu --bin golden-lens --example gpu_realdims_block \
      -j "$(nproc)" \
      --config 'source.crates-io.replace-with="vendored"' \
-     --config "source.vendored.directory=\"$CARGO_TARGET_DIR/vendor\"" > build.log 2>&1; then
-  tail -20 build.log; echo "FIGURE build=failed"; exit 2
+     --config "source.vendored.directory=\"$CARGO_TARGET_DIR/vendor\"" > "$CARGO_TARGET_DIR/build.log" 2>&1; then
+  tail -20 "$CARGO_TARGET_DIR/build.log"; echo "FIGURE build=failed"; exit 2
 fi
 BIN="$CARGO_TARGET_DIR/release/golden-lens"
 EX="$CARGO_TARGET_DIR/release/examples/gpu_realdims_block"
@@ -43,16 +43,16 @@ ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null | tr '\n' ' ' | sed 's/
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || echo "warning: libvulkan.so.1 (Debian libvulkan1) not found: wgpu cannot load Vulkan"
 
 t0=$(now)
-timeout 240 "$BIN" check "${GOLDEN_ARG[@]}" --backend cpu,gpu --reference-ties --quiet > tiny_check.log 2>&1
+timeout 240 "$BIN" check "${GOLDEN_ARG[@]}" --backend cpu,gpu --reference-ties --quiet > "$CARGO_TARGET_DIR/tiny_check.log" 2>&1
 rc=$?
 t1=$(now)
 grep -E "^adapter:|^gpu vs cpu:|^gpu:|^overall:|passed, .* failed|^bit-exact:|^first|OUTSIDE|FAIL" tiny_check.log | head -30
 echo "FIGURE tiny_check_exit=$rc tiny_check_s=$(secs "$t0" "$t1")"
 
 t0=$(now)
-timeout 300 "$EX" "$TOKENS" "$LAYER" > realdims.log 2>&1
+timeout 300 "$EX" "$TOKENS" "$LAYER" > "$CARGO_TARGET_DIR/realdims.log" 2>&1
 rc=$?
 t1=$(now)
-grep -v "^error: XDG" realdims.log | tail -14
-grep REALDIMS_SUMMARY realdims.log | sed 's/^/FIGURE /'
+grep -v "^error: XDG" "$CARGO_TARGET_DIR/realdims.log" | tail -14
+grep REALDIMS_SUMMARY "$CARGO_TARGET_DIR/realdims.log" | sed 's/^/FIGURE /'
 echo "FIGURE realdims_exit=$rc realdims_total_s=$(secs "$t0" "$t1") total_s=$(( $(date +%s) - start ))"

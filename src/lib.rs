@@ -9,3 +9,5 @@ pub mod model;
 pub mod num;
 pub mod oracle;
 pub mod session;
+#[cfg(feature = "gui")]
+pub mod ui;

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod gguf;
 pub mod golden;
+pub mod gui;
 pub mod localize;
 pub mod selftest;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Gguf(gguf::GgufCmd),
     /// Run backends over a golden and compare every capture; exits 1 on any failure.
     Check(check::CheckArgs),
+    /// Open the desktop window (the default with no subcommand in a `gui` build).
+    Gui(gui::GuiArgs),
     /// Plant every fault kind and require the check to catch each at the planted capture.
     Selftest(selftest::SelftestArgs),
     /// Per step: input, chained and local error and the gain; names the first local divergence.
@@ -41,8 +44,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Golden(cmd)) => golden::run(cmd),
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Check(args)) => check::run(args),
+        Some(Command::Gui(args)) => gui::run(args),
         Some(Command::Selftest(args)) => selftest::run(args),
         Some(Command::Localize(args)) => localize::run(args),
+        #[cfg(feature = "gui")]
+        None => gui::run(gui::GuiArgs::default()),
+        #[cfg(not(feature = "gui"))]
         None => {
             // The desktop window is not built yet: run the headless check on the embedded
             // default golden, which is what the window would show first.

@@ -1,0 +1,143 @@
+//! Opening files: goldens and GGUFs load on a worker thread, native dialogs run on their own
+//! thread (without a desktop portal they fail with a message instead of hanging the UI), and
+//! dropped files become open commands.
+
+use super::commands::{FileKind, UiCommand};
+use crate::golden::embedded::{default_golden, DEFAULT_GOLDEN_JSON, DEFAULT_GOLDEN_LABEL};
+use crate::golden::Golden;
+use crate::session::export::content_hash_hex;
+use eframe::egui;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+/// A golden the app has open, with what provenance needs.
+#[derive(Clone)]
+pub struct LoadedGolden {
+    pub golden: Arc<Golden>,
+    /// The path, or the embedded golden's label.
+    pub label: String,
+    /// fnv1a64 of the file's bytes.
+    pub hash_hex: String,
+}
+
+/// A finished background file job.
+pub enum FileJob {
+    Golden(Result<LoadedGolden, String>),
+    Gguf(Result<String, String>),
+    Picked(FileKind, PathBuf),
+    DialogFailed(String),
+}
+
+/// The embedded default golden as a loaded golden.
+pub fn embedded_golden() -> Result<LoadedGolden, String> {
+    let g = default_golden().map_err(|e| e.to_string())?;
+    Ok(LoadedGolden {
+        golden: Arc::new(g),
+        label: DEFAULT_GOLDEN_LABEL.to_string(),
+        hash_hex: content_hash_hex(DEFAULT_GOLDEN_JSON.as_bytes()),
+    })
+}
+
+/// Read and validate a golden file (what the loader thread runs).
+pub fn load_golden(path: &std::path::Path) -> Result<LoadedGolden, String> {
+    let golden = Golden::load(path).map_err(|e| e.to_string())?;
+    // Golden::load has checked the size and read the file; read it again for the hash.
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(LoadedGolden {
+        golden: Arc::new(golden),
+        label: path.display().to_string(),
+        hash_hex: content_hash_hex(&bytes),
+    })
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    // Thread creation fails only when the OS is out of resources; the job then never reports,
+    // which the UI shows as a load that does not finish.
+    let _ = std::thread::Builder::new().name(name.into()).spawn(f);
+}
+
+fn wake(ctx: &Option<egui::Context>) {
+    if let Some(c) = ctx {
+        c.request_repaint();
+    }
+}
+
+/// Load a golden on a worker thread and report a [`FileJob::Golden`].
+pub fn load_golden_async(path: PathBuf, tx: Sender<FileJob>, ctx: Option<egui::Context>) {
+    spawn("golden loader", move || {
+        let _ = tx.send(FileJob::Golden(load_golden(&path)));
+        wake(&ctx);
+    });
+}
+
+/// A one-line summary of a GGUF (shards, dialect, tensor count), or why it was rejected.
+pub fn gguf_summary(path: &std::path::Path) -> Result<String, String> {
+    let set = crate::gguf::GgufSet::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let report =
+        crate::gguf::info::build_report(&set).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dialect = match (&report.dialect, &report.deepseek41_error) {
+        (Some(d), _) => format!("deepseek41 dialect {d}"),
+        (None, Some(e)) => format!("not a valid deepseek41 file: {e}"),
+        (None, None) => "no deepseek41 dialect".into(),
+    };
+    Ok(format!(
+        "GGUF {}: {} shard(s), {} tensors, {dialect} (GGUF weights are not yet run by the app's \
+         backends; the golden's filler weights are used)",
+        path.display(),
+        report.shards.len(),
+        report.tensors.len()
+    ))
+}
+
+/// Read a GGUF's header on a worker thread and report a [`FileJob::Gguf`].
+pub fn load_gguf_async(path: PathBuf, tx: Sender<FileJob>, ctx: Option<egui::Context>) {
+    spawn("gguf loader", move || {
+        let _ = tx.send(FileJob::Gguf(gguf_summary(&path)));
+        wake(&ctx);
+    });
+}
+
+/// Show a native dialog for `kind` on its own thread. Without a desktop portal (no D-Bus
+/// session, no xdg-desktop-portal) rfd returns no file; the app then says so and points to the
+/// path field.
+pub fn pick_file_async(kind: FileKind, tx: Sender<FileJob>, ctx: Option<egui::Context>) {
+    spawn("file dialog", move || {
+        if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_none() {
+            let _ = tx.send(FileJob::DialogFailed(
+                "file dialog unavailable: no D-Bus session (the desktop portal is needed); type a \
+                 path into the path field or drop a file on the window"
+                    .into(),
+            ));
+            wake(&ctx);
+            return;
+        }
+        let dialog = rfd::FileDialog::new();
+        let picked = match kind {
+            FileKind::Golden => dialog.add_filter("golden JSON", &["json"]).pick_file(),
+            FileKind::Gguf => dialog.add_filter("GGUF", &["gguf"]).pick_file(),
+            FileKind::ExportFailing => dialog.set_file_name("failing_captures.json").save_file(),
+            FileKind::ExportNpy => dialog.set_file_name("capture.npy").save_file(),
+        };
+        let _ = tx.send(match picked {
+            Some(p) => FileJob::Picked(kind, p),
+            None => FileJob::DialogFailed(
+                "file dialog closed without a file (or no desktop portal answered); the path \
+                 field works without one"
+                    .into(),
+            ),
+        });
+        wake(&ctx);
+    });
+}
+
+/// Turn files dropped on the window into open commands, and show a hint while hovering.
+pub fn dropped_files_ui(ui: &egui::Ui, commands: &mut Vec<UiCommand>) {
+    let dropped = ui.ctx().input(|i| i.raw.dropped_files.clone());
+    for f in dropped {
+        let p = f.path();
+        if !p.as_os_str().is_empty() {
+            commands.push(UiCommand::OpenPath(p.to_path_buf()));
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Run controls: run all, step, run to a layer, reset, cancel; chained or isolated mode; strict
+//! policies; progress; the pass/fail summary and the first divergence; exports.
+
+use crate::session::controller::{first_divergence, Request};
+use crate::session::Mode;
+use crate::ui::app::GoldenLensApp;
+use crate::ui::commands::{FileKind, UiCommand};
+use crate::ui::theme;
+use eframe::egui;
+use std::path::PathBuf;
+
+/// Draw the run row and the summary row.
+pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
+    let busy = app.progress.busy;
+    ui.horizontal(|ui| {
+        let can_run = app.controller.is_some() && !busy && !app.progress.finished;
+        if ui
+            .add_enabled(can_run, egui::Button::new("Run all"))
+            .clicked()
+        {
+            app.push(UiCommand::Run(Request::RunAll));
+        }
+        if ui.add_enabled(can_run, egui::Button::new("Step")).clicked() {
+            app.push(UiCommand::Run(Request::StepOne));
+        }
+        let n_layers = app
+            .golden
+            .as_ref()
+            .map_or(1, |g| g.golden.fixture.n_layers.max(1));
+        if ui
+            .add_enabled(can_run, egui::Button::new("Run to layer"))
+            .clicked()
+        {
+            app.push(UiCommand::Run(Request::RunToLayer(app.run_to_layer)));
+        }
+        ui.add(egui::DragValue::new(&mut app.run_to_layer).range(0..=n_layers - 1))
+            .on_hover_text("Layer to run to");
+        if ui
+            .add_enabled(
+                app.controller.is_some() && !busy,
+                egui::Button::new("Reset"),
+            )
+            .clicked()
+        {
+            app.push(UiCommand::Run(Request::Reset));
+        }
+        if ui.add_enabled(busy, egui::Button::new("Cancel")).clicked() {
+            app.push(UiCommand::Cancel);
+        }
+        ui.separator();
+        for (mode, text) in [(Mode::Chained, "Chained"), (Mode::Isolated, "Isolated")] {
+            if ui
+                .add_enabled(!busy, egui::RadioButton::new(app.mode == mode, text))
+                .clicked()
+                && app.mode != mode
+            {
+                app.push(UiCommand::Run(Request::SetMode(mode)));
+            }
+        }
+        let mut strict = app.strict;
+        if ui
+            .add_enabled(
+                !busy,
+                egui::Checkbox::new(&mut strict, "Strict (bf16 bit-exact)"),
+            )
+            .changed()
+        {
+            app.push(UiCommand::Run(Request::SetStrict(strict)));
+        }
+        ui.separator();
+        if ui.button("Export failing…").clicked() {
+            app.push(UiCommand::PickFile(FileKind::ExportFailing));
+        }
+        if ui
+            .button("Export failing to path")
+            .on_hover_text("Write the failing captures JSON to the path in the path field")
+            .clicked()
+            && !app.path_field.trim().is_empty()
+        {
+            app.push(UiCommand::ExportFailing(PathBuf::from(
+                app.path_field.trim(),
+            )));
+        }
+    });
+    ui.horizontal(|ui| {
+        let p = &app.progress;
+        let frac = if p.steps_total > 0 {
+            p.steps_done as f32 / p.steps_total as f32
+        } else {
+            0.0
+        };
+        ui.add(
+            egui::ProgressBar::new(frac)
+                .desired_width(160.0)
+                .text(format!("{} / {} steps", p.steps_done, p.steps_total)),
+        );
+        let (passed, failed) = app.summary_counts();
+        let state = if p.busy {
+            "running"
+        } else if p.finished {
+            "finished"
+        } else if p.steps_done > 0 {
+            "paused"
+        } else {
+            "ready"
+        };
+        ui.label(format!("Status: {state}"));
+        ui.colored_label(
+            theme::verdict_color(failed == 0),
+            format!("{passed} passed, {failed} failed"),
+        );
+        if let Some(last) = &p.last_step {
+            ui.label(format!("Last step: {last}"));
+        }
+        match first_divergence(&app.results) {
+            Some(r) => {
+                ui.colored_label(
+                    theme::FAIL,
+                    format!("First divergence: {} at {}", r.label(), r.step),
+                );
+            }
+            None if p.steps_done > 0 => {
+                ui.colored_label(theme::PASS, "No divergence so far");
+            }
+            None => {}
+        }
+        if let Some((mean, max)) = app
+            .frame_time_secs()
+            .filter(|_| app.options.show_frame_time)
+        {
+            ui.weak(format!(
+                "frame {:.1} ms (max {:.1} ms)",
+                mean * 1e3,
+                max * 1e3
+            ));
+        }
+    });
+}
