@@ -46,7 +46,7 @@ t0=$(now)
 timeout 240 "$BIN" check "${GOLDEN_ARG[@]}" --backend cpu,gpu --reference-ties --quiet > "$CARGO_TARGET_DIR/tiny_check.log" 2>&1
 rc=$?
 t1=$(now)
-grep -E "^adapter:|^gpu vs cpu:|^gpu:|^overall:|passed, .* failed|^bit-exact:|^first|OUTSIDE|FAIL" tiny_check.log | head -30
+grep -E "^adapter:|^gpu vs cpu:|^gpu:|^overall:|passed, .* failed|^bit-exact:|^first|OUTSIDE|FAIL" "$CARGO_TARGET_DIR/tiny_check.log" | head -30
 echo "FIGURE tiny_check_exit=$rc tiny_check_s=$(secs "$t0" "$t1")"
 
 t0=$(now)
