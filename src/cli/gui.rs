@@ -28,6 +28,8 @@ pub struct GuiArgs {
 pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     use golden_lens::ui::DetailView;
     let mut options = golden_lens::ui::AppOptions::cpu_only();
+    #[cfg(feature = "gpu")]
+    with_gpu(&mut options);
     options.golden = args.golden;
     options.gguf = args.gguf;
     options.run_on_start = args.run;
@@ -43,6 +45,45 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     };
     golden_lens::ui::run_native(options)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Add the wgpu backend beside the oracle when an adapter exists (its name goes in the banner);
+/// otherwise say why the app runs CPU-only. Selections run on the host with the torch-CPU tie
+/// rule, as production ports do, so GPU-vs-golden differences are kernel differences.
+#[cfg(all(feature = "gui", feature = "gpu"))]
+fn with_gpu(options: &mut golden_lens::ui::AppOptions) {
+    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
+    use golden_lens::model::{FillerSource, WeightSource};
+    use golden_lens::session::controller::BoxedBackend;
+    use golden_lens::ui::GpuStatus;
+    use std::sync::Arc;
+    match GpuContext::new() {
+        Err(e) => options.gpu = GpuStatus::NoAdapter(e.to_string()),
+        Ok(ctx) => {
+            options.gpu = GpuStatus::Adapter(ctx.adapter.to_string());
+            drop(ctx);
+            options.backends = Arc::new(|g| {
+                let oracle = golden_lens::session::oracle_for(g).map_err(|e| e.to_string())?;
+                let (cfg, tables) = golden_lens::session::model_of(g).map_err(|e| e.to_string())?;
+                let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
+                    g.source.display().to_string(),
+                    &g.weights_meta,
+                ));
+                let ctx = GpuContext::new().map_err(|e| e.to_string())?;
+                let opts = GpuOptions {
+                    reference_ties: true,
+                    inject: None,
+                    tie_audit: false,
+                };
+                let gpu =
+                    GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| e.to_string())?;
+                Ok(vec![
+                    Box::new(oracle) as BoxedBackend,
+                    Box::new(gpu) as BoxedBackend,
+                ])
+            });
+        }
+    }
 }
 
 /// Without the `gui` feature there is no window to open.
