@@ -8,6 +8,12 @@
 # a `cargo vendor` tree in which crates the Linux `gpu` build never compiles (Windows, macOS,
 # web, GUI) are reduced to their manifests. Make it with `scripts/make_gpu_vendor.sh`.
 # Cargo is pointed at it with `--config` flags, so nothing is written outside the target dirs.
+#
+# The lent H200 image has no Rust toolchain. There, carry prebuilt binaries instead: build here
+# with `cargo build --release --features gpu --bin golden-lens --example gpu_realdims_block`, copy
+# both into `dist-gpu/` (excluded from git), and carry `dist-gpu`. The image also lacks the Vulkan
+# loader: carry `.gl/` holding Debian's libvulkan1 .deb (`apt-get download libvulkan1`); the script
+# unpacks it and points the loader at the NVIDIA ICD.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TOKENS="${TOKENS:-16}"
@@ -23,9 +29,19 @@ for g in "${GOLDEN:-}" ../shared/reference/ds41_tiny_golden.v3.json shared/refer
 done
 [ ${#GOLDEN_ARG[@]} -eq 0 ] && echo "note: v3 golden not found; using the embedded golden"
 
-if [ ! -f target-vendor/vendor.tar.xz ]; then
-  echo "target-vendor/vendor.tar.xz missing (carry target-vendor)"; exit 2
+if ls .gl/*.deb >/dev/null 2>&1; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+
+if [ -x dist-gpu/golden-lens ] && [ -x dist-gpu/gpu_realdims_block ]; then
+  BIN=dist-gpu/golden-lens
+  EX=dist-gpu/gpu_realdims_block
+  echo "using prebuilt binaries in dist-gpu/"
+elif [ ! -f target-vendor/vendor.tar.xz ]; then
+  echo "neither dist-gpu/ binaries nor target-vendor/vendor.tar.xz (carry one of them)"; exit 2
+else
 rm -rf "$CARGO_TARGET_DIR/vendor" && mkdir -p "$CARGO_TARGET_DIR"
 tar -C "$CARGO_TARGET_DIR" -xJf target-vendor/vendor.tar.xz && mv "$CARGO_TARGET_DIR/vend" "$CARGO_TARGET_DIR/vendor"
 echo "building (release, offline, vendored) ..."
@@ -38,6 +54,7 @@ fi
 BIN="$CARGO_TARGET_DIR/release/golden-lens"
 EX="$CARGO_TARGET_DIR/release/examples/gpu_realdims_block"
 echo "FIGURE build_s=$(( $(date +%s) - start ))"
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/FIGURE nvidia: /'
 ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null | tr '\n' ' ' | sed 's/^/vulkan ICDs: /'; echo
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || echo "warning: libvulkan.so.1 (Debian libvulkan1) not found: wgpu cannot load Vulkan"
