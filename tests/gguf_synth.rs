@@ -51,6 +51,9 @@ fn real_layout_opens_validates_and_serves_rows() {
     assert_eq!(f.tensors().len(), 1046);
     // Relative to the data section, every offset equals the real file's.
     let real_start = RealLayout::REAL_DATA_OFFSET;
+    // The header is padded to the real data offset: the file has the real size and offsets.
+    assert_eq!(data_offset, real_start);
+    assert_eq!(f.file_len(), 365_713_686_528);
     assert_eq!(
         f.file_len() - data_offset,
         RealLayout::AntirezQ2.real_file_len() - real_start

@@ -303,7 +303,7 @@ fn synth(layout: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let data_offset = write_sparse_layout(out, layout)?;
     let len = std::fs::metadata(out)?.len();
     println!(
-        "wrote {} ({len} bytes apparent, data at {data_offset}; the real file is {} bytes with data at {})",
+        "wrote {} ({len} bytes apparent, data at {data_offset}; the real file: {} bytes, data at {})",
         out.display(),
         layout.real_file_len(),
         RealLayout::REAL_DATA_OFFSET

@@ -356,12 +356,44 @@ pub fn antirez_metadata(w: &mut GgufWriter, layout: RealLayout) -> Result<()> {
     Ok(())
 }
 
-/// Writes the sparse layout to `path` (every tensor a hole). Returns the writer's data offset.
-pub fn write_sparse_layout(path: &Path, layout: RealLayout) -> Result<u64> {
+/// Key of the padding string that brings the synthetic header (whose tokenizer strings are
+/// shorter than the real ones) to the real file's data offset, so every tensor offset and the
+/// file size equal the real file's.
+pub const HEADER_PADDING_KEY: &str = "golden_lens.synth.header_padding";
+
+fn sparse_writer(layout: RealLayout, padding: usize) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
     antirez_metadata(&mut w, layout)?;
+    if padding > 0 {
+        w.add(HEADER_PADDING_KEY, GgufValue::string(&" ".repeat(padding)))?;
+    }
     for t in antirez_plan(layout) {
         w.add_zero_tensor(&t.name, &t.dims, t.ggml_type)?;
+    }
+    Ok(w)
+}
+
+/// Writes the sparse layout to `path` (every tensor a hole), its header padded so the data
+/// starts at the real file's offset (`REAL_DATA_OFFSET`). Returns the data offset.
+pub fn write_sparse_layout(path: &Path, layout: RealLayout) -> Result<u64> {
+    let mut w = sparse_writer(layout, 0)?;
+    let unpadded = w.data_offset()?;
+    if unpadded < RealLayout::REAL_DATA_OFFSET {
+        // The data offset is a non-decreasing step function of the padding length: find the
+        // shortest padding that reaches the real offset.
+        let (mut lo, mut hi) = (
+            1usize,
+            (RealLayout::REAL_DATA_OFFSET - unpadded) as usize + 16_384,
+        );
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if sparse_writer(layout, mid)?.data_offset()? < RealLayout::REAL_DATA_OFFSET {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        w = sparse_writer(layout, lo)?;
     }
     let data_offset = w.data_offset()?;
     w.write(path)?;
