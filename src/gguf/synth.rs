@@ -365,7 +365,7 @@ fn sparse_writer(layout: RealLayout, padding: usize) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
     antirez_metadata(&mut w, layout)?;
     if padding > 0 {
-        w.add(HEADER_PADDING_KEY, GgufValue::string(&" ".repeat(padding)))?;
+        w.add(HEADER_PADDING_KEY, GgufValue::string(" ".repeat(padding)))?;
     }
     for t in antirez_plan(layout) {
         w.add_zero_tensor(&t.name, &t.dims, t.ggml_type)?;
