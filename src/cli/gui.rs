@@ -26,10 +26,20 @@ pub struct GuiArgs {
 /// Open the window and block until it closes.
 #[cfg(feature = "gui")]
 pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
-    use golden_lens::ui::DetailView;
+    use golden_lens::ui::{DetailView, GpuStatus};
     let mut options = golden_lens::ui::AppOptions::cpu_only();
+    // Backends run on the GGUF's weights and geometry when one is given, else the golden's filler.
+    let gguf = args.gguf.clone();
     #[cfg(feature = "gpu")]
-    with_gpu(&mut options);
+    let gpu_status = match golden_lens::gpu::GpuContext::new() {
+        Ok(ctx) => GpuStatus::Adapter(ctx.adapter.to_string()),
+        Err(e) => GpuStatus::NoAdapter(e.to_string()),
+    };
+    #[cfg(not(feature = "gpu"))]
+    let gpu_status = GpuStatus::NotBuilt;
+    let with_gpu = matches!(gpu_status, GpuStatus::Adapter(_));
+    options.gpu = gpu_status;
+    options.backends = std::sync::Arc::new(move |g| backends(g, gguf.as_deref(), with_gpu));
     options.golden = args.golden;
     options.gguf = args.gguf;
     options.run_on_start = args.run;
@@ -47,43 +57,64 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Add the wgpu backend beside the oracle when an adapter exists (its name goes in the banner);
-/// otherwise say why the app runs CPU-only. Selections run on the host with the torch-CPU tie
-/// rule, as production ports do, so GPU-vs-golden differences are kernel differences.
-#[cfg(all(feature = "gui", feature = "gpu"))]
-fn with_gpu(options: &mut golden_lens::ui::AppOptions) {
-    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
-    use golden_lens::model::{FillerSource, WeightSource};
-    use golden_lens::session::controller::BoxedBackend;
-    use golden_lens::ui::GpuStatus;
+/// What a run computes with: config, engram tables and weights.
+#[cfg(feature = "gui")]
+type RunModel = (
+    golden_lens::model::ModelConfig,
+    Option<golden_lens::model::EngramTables>,
+    std::sync::Arc<dyn golden_lens::model::WeightSource>,
+);
+
+/// Config, engram tables and weights of a run: the GGUF's when given, else the golden's.
+#[cfg(feature = "gui")]
+fn model_and_weights(
+    g: &golden_lens::golden::Golden,
+    gguf: Option<&std::path::Path>,
+) -> Result<RunModel, String> {
+    use golden_lens::model::{FillerSource, GgufSource};
     use std::sync::Arc;
-    match GpuContext::new() {
-        Err(e) => options.gpu = GpuStatus::NoAdapter(e.to_string()),
-        Ok(ctx) => {
-            options.gpu = GpuStatus::Adapter(ctx.adapter.to_string());
-            drop(ctx);
-            options.backends = Arc::new(|g| {
-                let oracle = golden_lens::session::oracle_for(g).map_err(|e| e.to_string())?;
-                let (cfg, tables) = golden_lens::session::model_of(g).map_err(|e| e.to_string())?;
-                let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-                    g.source.display().to_string(),
-                    &g.weights_meta,
-                ));
-                let ctx = GpuContext::new().map_err(|e| e.to_string())?;
-                let opts = GpuOptions {
-                    reference_ties: true,
-                    inject: None,
-                    tie_audit: false,
-                };
-                let gpu =
-                    GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| e.to_string())?;
-                Ok(vec![
-                    Box::new(oracle) as BoxedBackend,
-                    Box::new(gpu) as BoxedBackend,
-                ])
-            });
+    match gguf {
+        Some(path) => {
+            let (source, model) =
+                GgufSource::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((model.cfg, model.tables, Arc::new(source)))
+        }
+        None => {
+            let (cfg, tables) = golden_lens::session::model_of(g).map_err(|e| e.to_string())?;
+            let weights = FillerSource::new(g.source.display().to_string(), &g.weights_meta);
+            Ok((cfg, tables, Arc::new(weights)))
         }
     }
+}
+
+/// The oracle and, with an adapter, the wgpu backend. GPU selections run on the host with the
+/// torch-CPU tie rule, as production ports do, so GPU-vs-golden differences are kernel
+/// differences.
+#[cfg(feature = "gui")]
+fn backends(
+    g: &golden_lens::golden::Golden,
+    gguf: Option<&std::path::Path>,
+    with_gpu: bool,
+) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
+    use golden_lens::session::controller::BoxedBackend;
+    let (cfg, tables, weights) = model_and_weights(g, gguf)?;
+    let oracle = golden_lens::oracle::Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+    let mut out = vec![Box::new(oracle) as BoxedBackend];
+    #[cfg(feature = "gpu")]
+    if with_gpu {
+        use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
+        let ctx = GpuContext::new().map_err(|e| e.to_string())?;
+        let opts = GpuOptions {
+            reference_ties: true,
+            inject: None,
+            tie_audit: false,
+        };
+        let gpu = GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| e.to_string())?;
+        out.push(Box::new(gpu) as BoxedBackend);
+    }
+    #[cfg(not(feature = "gpu"))]
+    let _ = with_gpu;
+    Ok(out)
 }
 
 /// Without the `gui` feature there is no window to open.
