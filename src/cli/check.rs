@@ -53,6 +53,10 @@ pub struct CheckArgs {
     /// Hold bf16 captures to bit-exactness instead of the Atlas bar (f32 chains keep F32_TOL).
     #[arg(long)]
     pub strict: bool,
+    /// Also run the backend (the GPU where one is chosen) this many times and report every
+    /// capture whose bits change between runs (determinism, apart from error).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
 }
 
 /// Which backends a `--backend` value asks for.
@@ -103,6 +107,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         strict: args.strict,
         invariants: Some(session::model_of(&golden)?.0),
     };
+    if args.repeat > 1 {
+        determinism(&golden, &args, backends)?;
+    }
     match backends {
         Backends::Cpu => {
             let mut oracle = match &args.gguf {
@@ -117,6 +124,84 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         Backends::Gpu | Backends::CpuGpu => run_gpu(&golden, &opts, &args, backends),
     }
+}
+
+/// `--repeat N`: fresh backends run N times; bitwise instability per capture.
+fn determinism(golden: &Golden, args: &CheckArgs, backends: Backends) -> anyhow::Result<()> {
+    use golden_lens::model::Backend;
+    use golden_lens::session::SessionError;
+    let on_gpu = backends != Backends::Cpu;
+    let mut make = || -> Result<Box<dyn Backend>, SessionError> {
+        if on_gpu {
+            return gpu_backend_for_repeat(golden, args);
+        }
+        Ok(Box::new(session::oracle_for(golden)?))
+    };
+    let d = golden_lens::session::determinism::repeat_runs(golden, &mut make, args.repeat)?;
+    println!(
+        "determinism: {} runs of the {} backend, {} of {} captures bitwise unstable",
+        d.runs,
+        if on_gpu { "gpu" } else { "cpu" },
+        d.unstable.len(),
+        d.captures
+    );
+    for u in &d.unstable {
+        println!(
+            "{:<10} {:<28} UNSTABLE: {} of {} later runs differ, up to {} elements (first at flat index {})",
+            u.regime,
+            u.capture,
+            u.runs_differing,
+            d.runs - 1,
+            u.max_elements_differing,
+            u.first_index
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "gpu")]
+fn gpu_backend_for_repeat(
+    golden: &Golden,
+    args: &CheckArgs,
+) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
+    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
+    use golden_lens::model::{BackendError, FillerSource, WeightSource};
+    use golden_lens::session::SessionError;
+    let fail = |msg: String| SessionError::Backend {
+        regime: "-".into(),
+        source: Box::new(BackendError::Invalid {
+            step: "gpu".into(),
+            msg,
+        }),
+    };
+    let ctx = GpuContext::new().map_err(|e| fail(e.to_string()))?;
+    let (cfg, tables) = session::model_of(golden)?;
+    let weights: std::sync::Arc<dyn WeightSource> = std::sync::Arc::new(FillerSource::new(
+        golden.source.display().to_string(),
+        &golden.weights_meta,
+    ));
+    let opts = GpuOptions {
+        reference_ties: args.reference_ties,
+        inject: None,
+        tie_audit: false,
+    };
+    Ok(Box::new(
+        GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| fail(e.to_string()))?,
+    ))
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_backend_for_repeat(
+    _golden: &Golden,
+    args: &CheckArgs,
+) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
+    Err(golden_lens::session::SessionError::Golden {
+        source_path: "-".into(),
+        msg: format!(
+            "backend `{}` needs a build with the `gpu` feature",
+            args.backend
+        ),
+    })
 }
 
 #[cfg(not(feature = "gpu"))]

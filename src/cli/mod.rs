@@ -64,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json: None,
                 quiet: true,
                 strict: false,
+                repeat: 1,
                 reference_ties: false,
                 inject: None,
             })

@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod controller;
+pub mod determinism;
 pub mod export;
 pub mod invariants;
 pub mod localize;
