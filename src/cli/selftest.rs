@@ -18,7 +18,19 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Golden::load(p)?,
         None => golden_lens::golden::embedded::default_golden()?,
     };
-    let rows = run_oracle_selftest(&golden, &default_targets())?;
+    #[allow(unused_mut)]
+    let mut rows = run_oracle_selftest(&golden, &default_targets())?;
+    #[cfg(feature = "gpu")]
+    match golden_lens::session::selftest::run_gpu_selftest(&golden)? {
+        Some((adapter, gpu_rows)) => {
+            println!("gpu adapter: {adapter}");
+            rows.extend(gpu_rows);
+        }
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            anyhow::bail!("no GPU adapter under CI: the GPU fault kinds cannot be self-tested")
+        }
+        None => println!("no GPU adapter: the GPU fault kinds were not run"),
+    }
     print!("{}", table(&rows));
     let misses = rows.iter().filter(|r| !r.ok).count();
     println!("{} passed, {} failed", rows.len() - misses, misses);
