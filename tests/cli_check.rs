@@ -130,6 +130,16 @@ fn bad_inputs_give_clear_errors() {
 }
 
 #[test]
+fn check_without_a_golden_uses_the_embedded_default() {
+    let (code, out, _) = run(&["check", "--quiet"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("<embedded golden/ds41_tiny.json>"));
+    assert!(out.ends_with("443 passed, 0 failed\n"));
+}
+
+/// Without the window (a build without `gui`), the bare command runs that same check.
+#[cfg(not(feature = "gui"))]
+#[test]
 fn bare_invocation_checks_the_embedded_default_golden() {
     let (code, out, _) = run(&[]);
     assert_eq!(code, 0, "{out}");
