@@ -322,3 +322,21 @@ fn frame_time_on_the_tiny_golden_after_a_full_run() {
     );
     assert!(median < STEADY_FRAME_BUDGET_SECS, "median frame {median} s");
 }
+
+/// The app shows the same self-test table as `golden-lens selftest`.
+#[test]
+fn the_selftest_window_shows_every_planted_fault_caught() {
+    let mut h = harness(test_options());
+    wait_until(&mut h, "the golden to load", RUN_TIMEOUT, |h| {
+        h.query_by_label("Self-test").is_some()
+    });
+    h.get_by_label("Self-test").click();
+    wait_until(&mut h, "the self-test to finish", RUN_TIMEOUT, |h| {
+        h.query_by_label("Self-test: 8 passed, 0 failed").is_some()
+    });
+    assert!(h.query_by_label("L0.sa_topk_idxs").is_some());
+    assert!(h.query_by_label("MISS").is_none());
+    h.get_by_label("Close self-test").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("Self-test: 8 passed, 0 failed").is_none());
+}

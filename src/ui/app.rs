@@ -129,6 +129,8 @@ pub struct GoldenLensApp {
     ctx: Option<egui::Context>,
     /// Durations of the last frames' `ui` calls, in seconds (newest last).
     pub(crate) frame_secs: std::collections::VecDeque<f64>,
+    /// The self-test window: None while hidden; `Some(None)` while running.
+    pub(crate) selftest: Option<Option<Result<Vec<crate::session::selftest::SelftestRow>, String>>>,
 }
 
 /// How many recent frame durations are kept for the frame-time readout.
@@ -165,6 +167,7 @@ impl GoldenLensApp {
             loading: None,
             ctx: Some(ctx.clone()),
             frame_secs: Default::default(),
+            selftest: None,
         };
         match &options.golden {
             Some(p) => app.handle(UiCommand::OpenGolden(p.clone())),
@@ -274,6 +277,19 @@ impl GoldenLensApp {
                         .push("no golden is loaded: open one first".into()),
                 }
             }
+            UiCommand::RunSelftest => {
+                if let Some(g) = &self.golden {
+                    self.selftest = Some(None);
+                    let with_gpu = matches!(self.options.gpu, GpuStatus::Adapter(_));
+                    files::run_selftest_async(
+                        g.golden.clone(),
+                        with_gpu,
+                        self.jobs_tx.clone(),
+                        self.ctx.clone(),
+                    );
+                }
+            }
+            UiCommand::CloseSelftest => self.selftest = None,
             UiCommand::Cancel => {
                 if let Some(c) = &self.controller {
                     c.cancel();
@@ -460,6 +476,7 @@ impl GoldenLensApp {
                     });
                 }
                 FileJob::DialogFailed(msg) => self.errors.push(msg),
+                FileJob::Selftest(result) => self.selftest = Some(Some(result)),
             }
         }
     }
@@ -490,6 +507,7 @@ impl GoldenLensApp {
             ui.separator();
             panels::detail::detail_ui(ui, self);
         });
+        panels::selftest::selftest_ui(ui, self);
 
         for cmd in std::mem::take(&mut self.commands) {
             self.handle(cmd);

@@ -80,4 +80,8 @@ pub enum UiCommand {
     },
     /// Remove the error message at this index.
     DismissError(usize),
+    /// Run the comparator self-test (every fault kind planted) off the UI thread.
+    RunSelftest,
+    /// Hide the self-test window.
+    CloseSelftest,
 }

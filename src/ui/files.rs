@@ -27,6 +27,39 @@ pub enum FileJob {
     Gguf(Result<String, String>),
     Picked(FileKind, PathBuf),
     DialogFailed(String),
+    /// The self-test table, or why it could not run.
+    Selftest(Result<Vec<crate::session::selftest::SelftestRow>, String>),
+}
+
+/// Run the self-test (oracle fault plantings, and the GPU injections when `with_gpu`) on a
+/// worker thread and report a [`FileJob::Selftest`].
+pub fn run_selftest_async(
+    golden: Arc<Golden>,
+    with_gpu: bool,
+    tx: std::sync::mpsc::Sender<FileJob>,
+    ctx: Option<eframe::egui::Context>,
+) {
+    std::thread::spawn(move || {
+        use crate::session::selftest::{default_targets, run_oracle_selftest};
+        let result = run_oracle_selftest(&golden, &default_targets()).map_err(|e| e.to_string());
+        #[cfg(feature = "gpu")]
+        let result = result.and_then(|mut rows| {
+            if with_gpu {
+                if let Some((_, gpu_rows)) = crate::session::selftest::run_gpu_selftest(&golden)
+                    .map_err(|e| e.to_string())?
+                {
+                    rows.extend(gpu_rows);
+                }
+            }
+            Ok(rows)
+        });
+        #[cfg(not(feature = "gpu"))]
+        let _ = with_gpu;
+        let _ = tx.send(FileJob::Selftest(result));
+        if let Some(c) = ctx {
+            c.request_repaint();
+        }
+    });
 }
 
 /// The embedded default golden as a loaded golden.

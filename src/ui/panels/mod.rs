@@ -6,4 +6,5 @@ pub mod capture_list;
 pub mod detail;
 pub mod overview;
 pub mod run_controls;
+pub mod selftest;
 pub mod toolbar;

@@ -81,6 +81,18 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                 app.path_field.trim(),
             )));
         }
+        ui.separator();
+        let running = matches!(app.selftest, Some(None));
+        if ui
+            .add_enabled(
+                app.golden.is_some() && !running,
+                egui::Button::new("Self-test"),
+            )
+            .on_hover_text("Plant every fault kind and check each is caught at the planted capture")
+            .clicked()
+        {
+            app.push(UiCommand::RunSelftest);
+        }
     });
     ui.horizontal(|ui| {
         let p = &app.progress;
