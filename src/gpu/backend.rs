@@ -427,52 +427,11 @@ impl GpuBackend {
                 "the config has engram layers but no engram tables were given",
             )
         })?;
-        const DEAD: i64 = -1;
-        let end = self.sp + s;
-        if self.hash_cache.len() < end {
-            self.hash_cache.resize(end, 0);
-        }
-        for (t, &id) in self.ids.iter().enumerate() {
-            let c = usize::try_from(id)
-                .ok()
-                .and_then(|i| tables.token_map.get(i).copied())
-                .ok_or_else(|| {
-                    invalid(step, format!("token id {id} outside the engram token map"))
-                })?;
-            self.hash_cache[self.sp + t] = c;
-        }
         let n_eng = ecfg.layer_ids.len();
         let cols = ecfg.n_hash_cols();
-        let ngram = ecfg.max_ngram_size;
-        let mut hashes = Vec::with_capacity(s * n_eng * cols);
-        for t in 0..s {
-            let p = self.sp + t;
-            let mut tok = vec![0i64; ngram];
-            let mut blocked = false;
-            for (shift, slot) in tok.iter_mut().enumerate() {
-                let src = self.hash_cache[p.saturating_sub(shift)];
-                blocked |= p < shift || src == DEAD;
-                *slot = if blocked {
-                    tables.pad_id_compressed
-                } else {
-                    src
-                };
-            }
-            for li in 0..n_eng {
-                let mult = &tables.multipliers[li];
-                let mut rolling = tok[0].wrapping_mul(mult[0]);
-                for i in 1..ngram {
-                    rolling ^= tok[i].wrapping_mul(mult[i]);
-                    for hh in 0..ecfg.n_heads {
-                        let col = (i - 1) * ecfg.n_heads + hh;
-                        hashes.push(
-                            rolling.rem_euclid(tables.primes[li][i - 1][hh])
-                                + tables.offsets[li][col],
-                        );
-                    }
-                }
-            }
-        }
+        let hashes = tables
+            .hash_chunk(&ecfg, &mut self.hash_cache, &self.ids, self.sp)
+            .map_err(|e| invalid(step, e.0))?;
         self.cap_host(Capture::int(
             "engram_hashes",
             vec![1, s, n_eng, cols],
@@ -550,7 +509,6 @@ impl GpuBackend {
             .ok_or_else(|| invalid(step, "not an engram layer"))?;
         let cols = ecfg.n_hash_cols();
         let hd = ecfg.head_dim;
-        let rows_n = ecfg.num_embeddings[li];
         let n_eng = ecfg.layer_ids.len();
         if self.hashes.len() != s * n_eng * cols {
             return Err(invalid(step, "EngramHash must run before Engram"));
@@ -574,46 +532,15 @@ impl GpuBackend {
             vec![1, s, cols],
             ids.clone(),
         ));
+        let (table, scales) = crate::model::engram::engram_table_rows(
+            self.weights.as_ref(),
+            step,
+            &ecfg,
+            l,
+            li,
+            &ids,
+        )?;
         let pre = format!("layers.{l}.engram");
-        let n_blocks = hd.div_ceil(32);
-        let rows: Vec<usize> = ids
-            .iter()
-            .map(|&i| {
-                usize::try_from(i)
-                    .ok()
-                    .filter(|&r| r < rows_n)
-                    .ok_or_else(|| {
-                        invalid(
-                            step,
-                            format!("hash id {i} outside the table ({rows_n} rows)"),
-                        )
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        for (name, shape) in [
-            (format!("{pre}.embed.weight"), vec![rows_n, hd]),
-            (format!("{pre}.embed.scale"), vec![rows_n, n_blocks]),
-        ] {
-            let found = self.weights.shape(&name);
-            if found.as_deref() != Some(&shape[..]) {
-                return Err(invalid(
-                    step,
-                    format!("{name}: expected {shape:?}, found {found:?}"),
-                ));
-            }
-        }
-        let werr = |source| BackendError::Weight {
-            step: step.to_string(),
-            source,
-        };
-        let table = self
-            .weights
-            .rows(&format!("{pre}.embed.weight"), &rows)
-            .map_err(werr)?;
-        let scales = self
-            .weights
-            .rows(&format!("{pre}.embed.scale"), &rows)
-            .map_err(werr)?;
         let table = self.gpu.upload("engram rows", &table).map_err(berr(step))?;
         let scales = self
             .gpu

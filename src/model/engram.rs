@@ -6,6 +6,7 @@
 
 use crate::golden::EngramFixture;
 use crate::model::config::EngramConfig;
+use crate::model::{BackendError, Step, WeightSource};
 
 /// Hash constants for every engram layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,60 @@ impl EngramTables {
         };
         t.validate(cfg)?;
         Ok(t)
+    }
+
+    /// The n-gram hash of one forward (spec §8): record the compressed ids of `ids` at
+    /// `start_pos..` in the persistent `cache` (grown as needed), then hash every position's
+    /// lookback window for every engram layer. Returns `[s, n_engram_layers, n_hash_cols]`; a token
+    /// outside the token map is an error naming it.
+    pub fn hash_chunk(
+        &self,
+        cfg: &EngramConfig,
+        cache: &mut Vec<i64>,
+        ids: &[i64],
+        start_pos: usize,
+    ) -> Result<Vec<i64>, EngramError> {
+        // Positions that take no part in n-grams (image spans); text-only input never has one.
+        const DEAD: i64 = -1;
+        let s = ids.len();
+        if cache.len() < start_pos + s {
+            cache.resize(start_pos + s, 0);
+        }
+        for (t, &id) in ids.iter().enumerate() {
+            cache[start_pos + t] = usize::try_from(id)
+                .ok()
+                .and_then(|i| self.token_map.get(i).copied())
+                .ok_or_else(|| {
+                    EngramError(format!("token id {id} outside the engram token map"))
+                })?;
+        }
+        let n_eng = cfg.layer_ids.len();
+        let ngram = cfg.max_ngram_size;
+        let mut hashes = Vec::with_capacity(s * n_eng * cfg.n_hash_cols());
+        let mut tok = vec![0i64; ngram];
+        for t in 0..s {
+            let p = start_pos + t;
+            let mut blocked = false;
+            for (shift, slot) in tok.iter_mut().enumerate() {
+                let src = cache[p.saturating_sub(shift)];
+                blocked |= p < shift || src == DEAD;
+                *slot = if blocked { self.pad_id_compressed } else { src };
+            }
+            for li in 0..n_eng {
+                let mult = &self.multipliers[li];
+                let mut rolling = tok[0].wrapping_mul(mult[0]);
+                for i in 1..ngram {
+                    rolling ^= tok[i].wrapping_mul(mult[i]);
+                    for hh in 0..cfg.n_heads {
+                        let col = (i - 1) * cfg.n_heads + hh;
+                        hashes.push(
+                            rolling.rem_euclid(self.primes[li][i - 1][hh]) + self.offsets[li][col],
+                        );
+                    }
+                }
+            }
+        }
+        Ok(hashes)
     }
 
     /// Derive the tables with the reference's rules (identity token map, as the fixture has no
@@ -150,6 +205,54 @@ impl EngramTables {
         }
         Ok(())
     }
+}
+
+/// The fp8 table rows and their e8m0 scales that engram layer `l` (index `li` among the engram
+/// layers) looks up for hash `ids`, fetched row by row (never the whole table) after checking the
+/// ids against the table and the parameters' shapes: `([ids, head_dim], [ids, head_dim/32])`.
+pub fn engram_table_rows(
+    weights: &dyn WeightSource,
+    step: Step,
+    cfg: &EngramConfig,
+    l: usize,
+    li: usize,
+    ids: &[i64],
+) -> Result<(Vec<f32>, Vec<f32>), BackendError> {
+    let invalid = |msg: String| BackendError::Invalid {
+        step: step.to_string(),
+        msg,
+    };
+    let (hd, rows_n) = (cfg.head_dim, cfg.num_embeddings[li]);
+    let rows: Vec<usize> = ids
+        .iter()
+        .map(|&i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|&r| r < rows_n)
+                .ok_or_else(|| invalid(format!("hash id {i} outside the table ({rows_n} rows)")))
+        })
+        .collect::<Result<_, _>>()?;
+    let pre = format!("layers.{l}.engram");
+    let (table_name, scale_name) = (format!("{pre}.embed.weight"), format!("{pre}.embed.scale"));
+    for (name, shape) in [
+        (&table_name, vec![rows_n, hd]),
+        (&scale_name, vec![rows_n, hd / 32]),
+    ] {
+        let found = weights.shape(name);
+        if found.as_deref() != Some(&shape[..]) {
+            return Err(invalid(format!(
+                "{name}: expected {shape:?}, found {found:?}"
+            )));
+        }
+    }
+    let werr = |source| BackendError::Weight {
+        step: step.to_string(),
+        source,
+    };
+    Ok((
+        weights.rows(&table_name, &rows).map_err(werr)?,
+        weights.rows(&scale_name, &rows).map_err(werr)?,
+    ))
 }
 
 fn is_prime(n: i64) -> bool {
