@@ -1512,26 +1512,9 @@ impl Backend for GpuBackend {
     }
 
     fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
-        let step = Step::EngramHash;
-        if ids.is_empty() {
-            return Err(invalid(step, "a forward needs at least one token"));
-        }
-        if start_pos > 0 && ids.len() != 1 {
-            return Err(invalid(
-                step,
-                "the reference decodes one token at a time after the first chunk",
-            ));
-        }
-        if start_pos + ids.len() > self.cfg.max_seq_len {
-            return Err(invalid(
-                step,
-                format!(
-                    "positions up to {} exceed max_seq_len {}",
-                    start_pos + ids.len(),
-                    self.cfg.max_seq_len
-                ),
-            ));
-        }
+        self.cfg
+            .check_forward(ids.len(), start_pos)
+            .map_err(|msg| invalid(Step::EngramHash, msg))?;
         if !self.current.is_empty() {
             self.previous = std::mem::take(&mut self.current);
         }
@@ -1544,13 +1527,7 @@ impl Backend for GpuBackend {
     }
 
     fn steps(&self) -> Vec<Step> {
-        let eng = self
-            .cfg
-            .engram
-            .as_ref()
-            .map(|e| e.layer_ids.clone())
-            .unwrap_or_default();
-        Step::sequence(self.cfg.n_layers, &eng)
+        self.cfg.steps()
     }
 
     fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {

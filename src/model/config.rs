@@ -440,6 +440,35 @@ impl ModelConfig {
         r.kv_source || r.index_source || r.candidate_source
     }
 
+    /// The steps of one regime's forward.
+    pub fn steps(&self) -> Vec<crate::model::Step> {
+        let engram_layers = self
+            .engram
+            .as_ref()
+            .map(|e| e.layer_ids.as_slice())
+            .unwrap_or(&[]);
+        crate::model::Step::sequence(self.n_layers, engram_layers)
+    }
+
+    /// Whether a forward of `n_tokens` at `start_pos` is one the reference can run: at least one
+    /// token, one token at a time after the first chunk, and within `max_seq_len`.
+    pub fn check_forward(&self, n_tokens: usize, start_pos: usize) -> Result<(), String> {
+        if n_tokens == 0 {
+            return Err("a forward needs at least one token".into());
+        }
+        if start_pos > 0 && n_tokens != 1 {
+            return Err("the reference decodes one token at a time after the first chunk".into());
+        }
+        if start_pos + n_tokens > self.max_seq_len {
+            return Err(format!(
+                "positions up to {} exceed max_seq_len {}",
+                start_pos + n_tokens,
+                self.max_seq_len
+            ));
+        }
+        Ok(())
+    }
+
     /// Width of the hc mix vector: `(2 + hc) * hc`.
     pub fn mix_hc(&self) -> usize {
         (2 + self.hc_mult) * self.hc_mult
