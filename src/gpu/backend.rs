@@ -18,14 +18,16 @@ use super::rows::{
 };
 use super::{engram, moe, GpuContext, GpuError};
 use crate::model::{
-    Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, SeedTensors, Step,
-    WeightSource,
+    Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, Pins, SeedTensors,
+    Step, WeightSource,
 };
 use crate::num::{torch_cpu_topk_order, torch_cpu_topk_set};
 use crate::oracle::attn::select_candidate_blocks;
 use crate::oracle::ops::RopeTable;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+mod isolate;
 
 /// How the GPU backend runs.
 #[derive(Debug, Clone, Default)]
@@ -130,6 +132,8 @@ pub struct GpuBackend {
     /// The previous regime's captures (for the stale-buffer injection).
     previous: HashMap<String, Vec<f32>>,
     current: HashMap<String, Vec<f32>>,
+    /// Selections forced for the current forward (counterfactual pinning).
+    pins: Pins,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
 }
@@ -222,6 +226,7 @@ impl GpuBackend {
             slots: Vec::new(),
             previous: HashMap::new(),
             current: HashMap::new(),
+            pins: Pins::default(),
             run_seconds: 0.0,
         })
     }
@@ -1009,7 +1014,13 @@ impl GpuBackend {
                 (0, None)
             } else {
                 let (k, t) = self.indexer(step, l, x, qr, latent.as_ref(), offset)?;
-                (k, Some(t))
+                match self.pins.topk_for(l, s, k).map_err(|m| invalid(step, m))? {
+                    Some(p) => {
+                        let f: Vec<f32> = p.iter().map(|&i| i as f32).collect();
+                        (k, Some(self.gpu.upload("pinned topk", &f).map_err(&e)?))
+                    }
+                    None => (k, Some(t)),
+                }
             };
             let stored = match &t {
                 Some(t) => t.clone(),
@@ -1351,7 +1362,15 @@ impl GpuBackend {
         let bias = self.v(step, &format!("{p}.gate.bias"), &[ne])?;
         let logits = linear(&mut self.gpu, x, s, &gate_w, false).map_err(&e)?;
         let scores = moe::gate_scores(&mut self.gpu, &cfg, &logits, s).map_err(&e)?;
-        let given = if self.opts.reference_ties {
+        let pinned = self
+            .pins
+            .moe_indices
+            .get(&l)
+            .filter(|v| v.len() == s * k)
+            .map(|v| v.iter().map(|&i| i as f32).collect::<Vec<f32>>());
+        let given = if pinned.is_some() {
+            pinned
+        } else if self.opts.reference_ties {
             let sc = self.gpu.read_all(&scores).map_err(&e)?;
             let b = self.host_w(step, &format!("{p}.gate.bias"), &[ne])?;
             let mut ids = Vec::with_capacity(s * k);
@@ -1523,6 +1542,8 @@ impl Backend for GpuBackend {
         self.hashes.clear();
         self.h = None;
         self.pre_mix = None;
+        // Pins hold for one forward; `pin` after `begin` sets them.
+        self.pins = Pins::default();
         Ok(())
     }
 
@@ -1546,15 +1567,16 @@ impl Backend for GpuBackend {
         r
     }
 
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        self.pins = pins.clone();
+        Ok(true)
+    }
+
     fn seed(
         &mut self,
         step: Step,
-        _reference: &dyn SeedTensors,
+        reference: &dyn SeedTensors,
     ) -> Result<Vec<String>, BackendError> {
-        // Isolated mode would upload the reference's inputs and state into the device buffers;
-        // not built yet, so the step runs chained and the report says so.
-        Ok(vec![format!(
-            "{step}: isolated mode is not implemented on the GPU backend (ran chained)"
-        )])
+        self.seed_step(step, reference)
     }
 }

@@ -155,6 +155,22 @@ pub struct Pins {
     pub topk_idxs: std::collections::HashMap<usize, Vec<i64>>,
 }
 
+impl Pins {
+    /// The pinned compressed top-k of layer `l` for `s` tokens of `k` picks, if any; a pin of
+    /// another size is an error naming both sizes.
+    pub fn topk_for(&self, l: usize, s: usize, k: usize) -> Result<Option<&[i64]>, String> {
+        match self.topk_idxs.get(&l) {
+            Some(p) if p.len() != s * k => Err(format!(
+                "pinned top-k for layer {l} has {} values, expected {}",
+                p.len(),
+                s * k
+            )),
+            Some(p) => Ok(Some(p)),
+            None => Ok(None),
+        }
+    }
+}
+
 /// A backend that runs the V4.1 graph step by step with state persisting across regimes.
 pub trait Backend {
     /// Short name for reports (`cpu`, `gpu`).

@@ -99,6 +99,21 @@ impl EngramTables {
         Ok(hashes)
     }
 
+    /// Isolated mode: write an earlier regime's token ids at `start` into the hash history
+    /// `cache` (compressed; an id outside the token map becomes the pad id, which the reference
+    /// tokenizer would never produce but keeps the history well defined).
+    pub fn seed_history(&self, cache: &mut Vec<i64>, start: usize, ids: &[i64]) {
+        if cache.len() < start + ids.len() {
+            cache.resize(start + ids.len(), 0);
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            cache[start + i] = usize::try_from(id)
+                .ok()
+                .and_then(|x| self.token_map.get(x).copied())
+                .unwrap_or(self.pad_id_compressed);
+        }
+    }
+
     /// Derive the tables with the reference's rules (identity token map, as the fixture has no
     /// tokenizer).
     pub fn derive(cfg: &EngramConfig) -> Result<EngramTables, EngramError> {
@@ -418,6 +433,27 @@ fn seed_sequence_state(entropy: u64, n_words: usize) -> Vec<u32> {
             v ^ (v >> XSHIFT)
         })
         .collect()
+}
+
+/// Isolated mode: write one engram layer's `[s, cols]` hash ids (engram layer index `li` of
+/// `n_eng`) into the forward's `[s, n_eng, cols]` hash tensor. Returns false (and writes
+/// nothing) when the sizes disagree.
+pub fn splice_layer_hash_ids(
+    hashes: &mut [i64],
+    s: usize,
+    n_eng: usize,
+    cols: usize,
+    li: usize,
+    ids: &[i64],
+) -> bool {
+    if hashes.len() != s * n_eng * cols || ids.len() != s * cols || li >= n_eng {
+        return false;
+    }
+    for t in 0..s {
+        hashes[(t * n_eng + li) * cols..(t * n_eng + li + 1) * cols]
+            .copy_from_slice(&ids[t * cols..(t + 1) * cols]);
+    }
+    true
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod engram;
 pub mod gguf_export;
 pub mod gguf_source;
 pub mod params;
+pub mod seed;
 pub mod weights;
 
 pub use backend::{

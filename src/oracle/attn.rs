@@ -308,20 +308,14 @@ impl Oracle {
         } else {
             let (k, v) = if compress_len == 0 {
                 (0, Vec::new())
-            } else if let Some(p) = self.pins.topk_idxs.get(&l).cloned() {
-                let k = cfg.index_topk.min(compress_len);
-                if p.len() != s * k {
-                    return Err(invalid(
-                        step,
-                        format!(
-                            "pinned top-k for layer {l} has {} values, expected {}",
-                            p.len(),
-                            s * k
-                        ),
-                    ));
-                }
+            } else if let Some(p) = self
+                .pins
+                .topk_for(l, s, cfg.index_topk.min(compress_len))
+                .map_err(|m| invalid(step, m))?
+                .map(<[i64]>::to_vec)
+            {
                 self.indexer(step, l, x, qr, latent.as_deref(), offset)?;
-                (k, p)
+                (cfg.index_topk.min(compress_len), p)
             } else {
                 self.indexer(step, l, x, qr, latent.as_deref(), offset)?
             };

@@ -108,6 +108,29 @@ pub fn oracle_for(golden: &Golden) -> Result<Oracle, SessionError> {
     Ok(Oracle::new(cfg, weights, tables))
 }
 
+/// A GPU backend over the golden's filler weights on a fresh context (the first adapter found).
+#[cfg(feature = "gpu")]
+pub fn gpu_for(
+    golden: &Golden,
+    opts: crate::gpu::GpuOptions,
+) -> Result<crate::gpu::GpuBackend, SessionError> {
+    use crate::gpu::{GpuBackend, GpuContext};
+    let fail = |msg: String| SessionError::Backend {
+        regime: "-".into(),
+        source: Box::new(crate::model::BackendError::Invalid {
+            step: "gpu".into(),
+            msg,
+        }),
+    };
+    let ctx = GpuContext::new().map_err(|e| fail(e.to_string()))?;
+    let (cfg, tables) = model_of(golden)?;
+    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
+        golden.source.display().to_string(),
+        &golden.weights_meta,
+    ));
+    GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| fail(e.to_string()))
+}
+
 /// Token ids and start position of every regime, from the golden's `input_ids` captures.
 pub fn regime_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>, SessionError> {
     let mut pos = 0usize;

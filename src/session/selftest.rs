@@ -135,7 +135,7 @@ pub const GPU_INJECTIONS: [&str; 5] = [
 pub fn run_gpu_selftest(
     golden: &Golden,
 ) -> Result<Option<(String, Vec<SelftestRow>)>, SessionError> {
-    use crate::gpu::{GpuBackend, GpuContext, GpuOptions, Injection};
+    use crate::gpu::{GpuContext, GpuOptions, Injection};
     use crate::model::BackendError;
     let fail = |msg: String| SessionError::Backend {
         regime: "-".into(),
@@ -148,11 +148,6 @@ pub fn run_gpu_selftest(
         Ok(ctx) => ctx.adapter.to_string(),
         Err(_) => return Ok(None),
     };
-    let (cfg, tables) = model_of(golden)?;
-    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
     let first_regime = golden
         .regimes
         .first()
@@ -162,14 +157,12 @@ pub fn run_gpu_selftest(
     for spec in GPU_INJECTIONS {
         let injection: Injection = spec.parse().map_err(|e| fail(format!("{spec}: {e}")))?;
         let run = |strict: bool| -> Result<super::Report, SessionError> {
-            let ctx = GpuContext::new().map_err(|e| fail(e.to_string()))?;
             let opts = GpuOptions {
                 reference_ties: true,
                 inject: Some(injection.clone()),
                 tie_audit: false,
             };
-            let mut gpu = GpuBackend::new(ctx, cfg.clone(), weights.clone(), tables.clone(), opts)
-                .map_err(|e| fail(e.to_string()))?;
+            let mut gpu = super::gpu_for(golden, opts)?;
             run_check(
                 golden,
                 &mut gpu,
