@@ -30,6 +30,17 @@ fn v3_check_exits_zero_with_the_closing_line() {
         out.contains("bit-exact: 213 of 213 bf16 captures, 65 of 65 integer captures exact"),
         "{out}"
     );
+    // Budgets and the top-k triage appear in the text report too.
+    assert!(
+        out.contains("error budgets: 443 of 443 captures within their budget"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "top-k triage (cpu against the golden): 36 index captures, 0 rows differ: 0 tie flips, 0 near ties, 0 real"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("prefill12  L5.sa_topk_idxs"),
         "one row per capture"

@@ -1,6 +1,7 @@
 //! `golden-lens check`: run a backend over a golden, compare every capture, print one row per
 //! capture and a closing `N passed, M failed` line; exit 1 on any failure.
 
+use super::model::ModelParts;
 use anyhow::Context;
 use golden_lens::golden::Golden;
 use golden_lens::session::{self, CheckOptions, Mode};
@@ -107,35 +108,53 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         strict: args.strict,
         invariants: Some(session::model_of(&golden)?.0),
     };
+    let model = ModelParts::open(&golden, args.gguf.as_deref())?;
     if args.repeat > 1 {
-        determinism(&golden, &args, backends)?;
+        determinism(&golden, &model, &args, backends)?;
     }
     match backends {
         Backends::Cpu => {
-            let mut oracle = match &args.gguf {
-                Some(path) => gguf_oracle(path, &golden)?,
-                None => session::oracle_for(&golden)?,
+            let mut oracle = model.oracle();
+            if opts.mode == Mode::Isolated {
+                let report = session::run_check(&golden, &mut oracle, &opts)?;
+                println!("golden:  {}", report.golden_source);
+                println!("backend: cpu oracle ({} mode)", report.mode.label());
+                let ok = print_report(&report, &args, None, true)?;
+                return Ok(exit(ok));
+            }
+            // Chained: a lockstep run of the oracle alone, so its index captures are triaged
+            // against the golden with the oracle's own scores.
+            oracle.diagnostics = true;
+            let multi = {
+                let mut list: [&mut dyn golden_lens::model::Backend; 1] = [&mut oracle];
+                session::multi::run_lockstep(&golden, &mut list, 0, &opts)?
             };
-            let report = session::run_check(&golden, &mut oracle, &opts)?;
+            let report = &multi.golden[0];
             println!("golden:  {}", report.golden_source);
             println!("backend: cpu oracle ({} mode)", report.mode.label());
-            let ok = print_report(&report, &args)?;
+            let triage = multi.triage_golden.first().map(|(_, l)| l.as_slice());
+            let ok = print_report(report, &args, triage, true)?;
             Ok(exit(ok))
         }
-        Backends::Gpu | Backends::CpuGpu => run_gpu(&golden, &opts, &args, backends),
+        Backends::Gpu | Backends::CpuGpu => run_gpu(&golden, &model, &opts, &args, backends),
     }
 }
 
 /// `--repeat N`: fresh backends run N times; bitwise instability per capture.
-fn determinism(golden: &Golden, args: &CheckArgs, backends: Backends) -> anyhow::Result<()> {
+fn determinism(
+    golden: &Golden,
+    model: &ModelParts,
+    args: &CheckArgs,
+    backends: Backends,
+) -> anyhow::Result<()> {
     use golden_lens::model::Backend;
     use golden_lens::session::SessionError;
     let on_gpu = backends != Backends::Cpu;
     let mut make = || -> Result<Box<dyn Backend>, SessionError> {
         if on_gpu {
-            return gpu_backend_for_repeat(golden, args);
+            return gpu_backend_for_repeat(model, args);
         }
-        Ok(Box::new(session::oracle_for(golden)?))
+        Ok(Box::new(model.oracle()))
     };
     let d = golden_lens::session::determinism::repeat_runs(golden, &mut make, args.repeat)?;
     println!(
@@ -161,11 +180,11 @@ fn determinism(golden: &Golden, args: &CheckArgs, backends: Backends) -> anyhow:
 
 #[cfg(feature = "gpu")]
 fn gpu_backend_for_repeat(
-    golden: &Golden,
+    model: &ModelParts,
     args: &CheckArgs,
 ) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
-    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
-    use golden_lens::model::{BackendError, FillerSource, WeightSource};
+    use golden_lens::gpu::GpuOptions;
+    use golden_lens::model::BackendError;
     use golden_lens::session::SessionError;
     let fail = |msg: String| SessionError::Backend {
         regime: "-".into(),
@@ -174,25 +193,17 @@ fn gpu_backend_for_repeat(
             msg,
         }),
     };
-    let ctx = GpuContext::new().map_err(|e| fail(e.to_string()))?;
-    let (cfg, tables) = session::model_of(golden)?;
-    let weights: std::sync::Arc<dyn WeightSource> = std::sync::Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
     let opts = GpuOptions {
         reference_ties: args.reference_ties,
         inject: None,
         tie_audit: false,
     };
-    Ok(Box::new(
-        GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| fail(e.to_string()))?,
-    ))
+    Ok(Box::new(model.gpu(opts).map_err(|e| fail(e.to_string()))?))
 }
 
 #[cfg(not(feature = "gpu"))]
 fn gpu_backend_for_repeat(
-    _golden: &Golden,
+    _model: &ModelParts,
     args: &CheckArgs,
 ) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
     Err(golden_lens::session::SessionError::Golden {
@@ -207,6 +218,7 @@ fn gpu_backend_for_repeat(
 #[cfg(not(feature = "gpu"))]
 fn run_gpu(
     _golden: &Golden,
+    _model: &ModelParts,
     _opts: &CheckOptions,
     args: &CheckArgs,
     _backends: Backends,
@@ -220,31 +232,25 @@ fn run_gpu(
 #[cfg(feature = "gpu")]
 fn run_gpu(
     golden: &Golden,
+    model: &ModelParts,
     opts: &CheckOptions,
     args: &CheckArgs,
     backends: Backends,
 ) -> anyhow::Result<ExitCode> {
-    use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions, Injection};
-    use golden_lens::model::{FillerSource, WeightSource};
-    use std::sync::Arc;
+    use golden_lens::gpu::{GpuOptions, Injection};
+    use golden_lens::session::multi::{cross_json, triage_json, triage_totals};
     let inject = args
         .inject
         .as_deref()
         .map(str::parse::<Injection>)
         .transpose()?;
-    let ctx = GpuContext::new()?;
-    println!("adapter: {}", ctx.adapter);
-    let (cfg, tables) = session::model_of(golden)?;
-    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
     let gopts = GpuOptions {
         reference_ties: args.reference_ties,
         inject: inject.clone(),
         tie_audit: !args.reference_ties && backends == Backends::CpuGpu,
     };
-    let mut gpu = GpuBackend::new(ctx, cfg, weights, tables, gopts)?;
+    let mut gpu = model.gpu(gopts)?;
+    println!("adapter: {}", gpu.adapter());
     let ties = if args.reference_ties {
         "top-k on the host (torch-CPU tie rule)"
     } else {
@@ -257,18 +263,22 @@ fn run_gpu(
         let report = session::run_check(golden, &mut gpu, opts)?;
         println!("golden:  {}", report.golden_source);
         println!("backend: gpu ({} mode; {ties})", report.mode.label());
-        let ok = print_report(&report, args)?;
         println!(
             "gpu: {} dispatches, {:.3} s in steps",
             gpu.dispatch_count(),
             gpu.run_seconds
         );
+        let ok = print_report(&report, args, None, true)?;
         return Ok(exit(ok));
     }
     if opts.mode != Mode::Chained {
-        anyhow::bail!("--backend cpu,gpu runs chained only (use one backend for --mode isolated)");
+        anyhow::bail!(
+            "--backend cpu,gpu runs chained only (use --backend gpu or cpu for --mode isolated)"
+        );
     }
-    let mut oracle = session::oracle_for(golden)?;
+    let mut oracle = model.oracle();
+    // The oracle's own scores let the triage classify every top-k disagreement.
+    oracle.diagnostics = true;
     let t0 = std::time::Instant::now();
     let multi = {
         let mut list: [&mut dyn golden_lens::model::Backend; 2] = [&mut oracle, &mut gpu];
@@ -276,14 +286,15 @@ fn run_gpu(
     };
     let total_s = t0.elapsed().as_secs_f64();
     let mut ok = true;
-    for report in &multi.golden {
+    for (i, report) in multi.golden.iter().enumerate() {
         println!(
             "== {} against the golden ({} mode) ==",
             report.backend,
             report.mode.label()
         );
         println!("golden:  {}", report.golden_source);
-        ok &= print_report(report, args)?;
+        let triage = multi.triage_golden.get(i).map(|(_, l)| l.as_slice());
+        ok &= print_report(report, args, triage, false)?;
     }
     println!("== gpu against the cpu oracle (GPU policy; {ties}) ==");
     println!(
@@ -316,6 +327,9 @@ fn run_gpu(
             println!("{regime:<10} {name:<28} MISSING on the gpu");
         }
     }
+    if let Some((_, list)) = multi.triage_cross.first() {
+        print_triage("gpu against the cpu oracle", list);
+    }
     let c = multi.cross_summary(0);
     println!(
         "gpu vs cpu: {} captures compared, {} within the GPU policy ({} bit-exact), {} tie flips, {} outside, {} missing",
@@ -330,9 +344,75 @@ fn run_gpu(
         gpu.run_seconds,
         total_s
     );
-    ok &= c.failed == 0 && c.missing == 0;
+    // Real top-k mismatches against the oracle fail the run even where the index policy would
+    // call them tie flips from the audit alone.
+    let real = multi
+        .triage_cross
+        .first()
+        .map_or(0, |(_, l)| triage_totals(l).real);
+    ok &= c.failed == 0 && c.missing == 0 && real == 0;
+    if let Some(path) = &args.json {
+        let backends_json: Vec<serde_json::Value> = multi
+            .golden
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut v = r.to_json();
+                if let (Some((_, l)), serde_json::Value::Object(m)) =
+                    (multi.triage_golden.get(i), &mut v)
+                {
+                    m.insert("topk_triage".into(), triage_json(l));
+                }
+                v
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "adapter": gpu.adapter().to_string(),
+            "top_k": ties,
+            "ok": ok,
+            "backends": backends_json,
+            "cross": (0..multi.cross.len()).map(|i| cross_json(&multi, i)).collect::<Vec<_>>(),
+        });
+        write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
+        println!("report written to {}", path.display());
+    }
     println!("overall: {}", if ok { "pass" } else { "FAIL" });
     Ok(exit(ok))
+}
+
+/// Print a triage list: each index capture with a disagreement, then the totals.
+fn print_triage(against: &str, list: &[(String, golden_lens::session::triage::TopkTriage)]) {
+    use golden_lens::session::multi::triage_totals;
+    for (regime, t) in list.iter().filter(|(_, t)| t.rows_differing > 0) {
+        let first = t.details.first().map(|d| {
+            let margin = d
+                .boundary_margin
+                .map_or("n/a".to_string(), |m| format!("{m:.3e}"));
+            format!(
+                "; row {}: reference only {:?}, test only {:?}, {} (gap {:.3e}, boundary margin {margin})",
+                d.row, d.reference_only, d.test_only, d.class, d.score_gap
+            )
+        });
+        println!(
+            "{regime:<10} {:<28} TRIAGE: {} of {} rows differ: {} tie flips, {} near ties, {} real{}{}",
+            t.capture,
+            t.rows_differing,
+            t.rows,
+            t.tie_flips,
+            t.near_ties,
+            t.real,
+            first.unwrap_or_default(),
+            t.downstream_of
+                .as_ref()
+                .map(|d| format!(" [after the selection disagreement at {d}]"))
+                .unwrap_or_default()
+        );
+    }
+    let x = triage_totals(list);
+    println!(
+        "top-k triage ({against}): {} index captures, {} rows differ: {} tie flips, {} near ties, {} real",
+        x.captures, x.rows_differing, x.tie_flips, x.near_ties, x.real
+    );
 }
 
 fn exit(ok: bool) -> ExitCode {
@@ -343,13 +423,31 @@ fn exit(ok: bool) -> ExitCode {
     }
 }
 
-/// Print one backend's golden report (rows, missing, invariants, summary); true when it passed.
-fn print_report(report: &session::Report, args: &CheckArgs) -> anyhow::Result<bool> {
+/// Print one backend's golden report (rows with their error budgets, missing, invariants, the
+/// top-k triage when given, the summary); write it as JSON when `write_json` and `--json` ask.
+/// True when it passed.
+fn print_report(
+    report: &session::Report,
+    args: &CheckArgs,
+    triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
+    write_json: bool,
+) -> anyhow::Result<bool> {
     println!(
-        "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9}  verdict",
-        "regime", "capture", "kind", "max_abs_err", "tol", "ratio"
+        "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9} {:>10} {:>8}  verdict",
+        "regime", "capture", "kind", "max_abs_err", "tol", "ratio", "budget", "err/bud"
     );
+    let (mut budgeted, mut within_budget) = (0usize, 0usize);
+    let mut over_budget = Vec::new();
     for r in &report.rows {
+        let budget = report.budget_ratio(r);
+        if let Some((b, over)) = &budget {
+            budgeted += 1;
+            if *over <= 1.0 {
+                within_budget += 1;
+            } else {
+                over_budget.push((r, b.clone(), *over));
+            }
+        }
         if args.quiet && r.cmp.pass {
             continue;
         }
@@ -358,14 +456,20 @@ fn print_report(report: &session::Report, args: &CheckArgs) -> anyhow::Result<bo
             (true, false) => "pass".to_string(),
             (false, _) => format!("FAIL: {}", r.cmp.reason),
         };
+        let (bud, over) = match &budget {
+            Some((b, o)) => (format!("{:.3e}", b.abs), format!("{o:.3}")),
+            None => ("-".into(), "-".into()),
+        };
         println!(
-            "{:<10} {:<28} {:<6} {:>12.3e} {:>12.3e} {:>9.3}  {}",
+            "{:<10} {:<28} {:<6} {:>12.3e} {:>12.3e} {:>9.3} {:>10} {:>8}  {}",
             r.regime,
             r.name,
             r.kind.label(),
             r.cmp.max_abs_err,
             r.cmp.tol,
             r.cmp.worst_ratio,
+            bud,
+            over,
             verdict
         );
     }
@@ -390,6 +494,18 @@ fn print_report(report: &session::Report, args: &CheckArgs) -> anyhow::Result<bo
         "invariants: {} violations in the backend's own captures",
         report.violations.len()
     );
+    for (r, b, over) in &over_budget {
+        println!(
+            "{:<10} {:<28} OVER BUDGET: error {:.3e} is {over:.3}x the budget {:.3e} ({})",
+            r.regime, r.name, r.cmp.max_abs_err, b.abs, b.reason
+        );
+    }
+    println!(
+        "error budgets: {within_budget} of {budgeted} captures within their budget (dtype, reduction length and reference magnitude)"
+    );
+    if let Some(list) = triage {
+        print_triage(&format!("{} against the golden", report.backend), list);
+    }
     let s = report.summary();
     println!(
         "bit-exact: {} of {} bf16 captures, {} of {} integer captures exact, {} of {} f32 captures",
@@ -404,8 +520,15 @@ fn print_report(report: &session::Report, args: &CheckArgs) -> anyhow::Result<bo
     if let Some(f) = report.first_failure() {
         println!("first failure: {} {} ({})", f.regime, f.name, f.step);
     }
-    if let Some(path) = &args.json {
-        write_atomic(path, &serde_json::to_vec_pretty(&report.to_json())?)?;
+    if let (true, Some(path)) = (write_json, &args.json) {
+        let mut v = report.to_json();
+        if let (Some(list), serde_json::Value::Object(m)) = (triage, &mut v) {
+            m.insert(
+                "topk_triage".into(),
+                golden_lens::session::multi::triage_json(list),
+            );
+        }
+        write_atomic(path, &serde_json::to_vec_pretty(&v)?)?;
         println!("report written to {}", path.display());
     }
     println!("{} passed, {} failed", s.passed, s.failed);
@@ -429,23 +552,4 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     std::fs::rename(&tmp, path)
         .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
-}
-
-/// The CPU oracle over a GGUF's weights, with the config and engram tables its metadata
-/// describes; says so when that config differs from the golden's fixture.
-fn gguf_oracle(
-    path: &std::path::Path,
-    golden: &Golden,
-) -> anyhow::Result<golden_lens::oracle::Oracle> {
-    use golden_lens::model::{GgufSource, WeightSource};
-    let (source, model) = GgufSource::open(path)?;
-    println!("weights: {}", source.describe());
-    if model.cfg != session::model_of(golden)?.0 {
-        println!("note: the GGUF's model config differs from the golden's fixture");
-    }
-    Ok(golden_lens::oracle::Oracle::new(
-        model.cfg,
-        std::sync::Arc::new(source),
-        model.tables,
-    ))
 }

@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod golden;
 pub mod gui;
 pub mod localize;
+pub mod model;
 pub mod selftest;
 
 use clap::{Parser, Subcommand};

@@ -149,13 +149,35 @@ pub fn describe_location(name: &str, shape: &[usize], index: &[usize]) -> String
         .join(", ")
 }
 
+/// Which bar makes a step's local error a divergence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judge {
+    /// bf16 captures bit-exact, f32 chains within `F32_TOL` (a test oracle with a planted fault).
+    Strict,
+    /// The Atlas bars.
+    Atlas,
+    /// The GPU policy against the oracle (`multi::gpu_policy_for_capture`): a GPU backend's
+    /// ulp-level transcendental noise is not a divergence.
+    Gpu,
+}
+
+impl Judge {
+    fn from_strict(strict: bool) -> Judge {
+        if strict {
+            Judge::Strict
+        } else {
+            Judge::Atlas
+        }
+    }
+}
+
 /// `(ratio, breaks, worst multi-index)` of a capture against the reference's full tensor: the
 /// ratio is the worst error over the Atlas tolerance (finite and comparable across steps, so the
-/// gain means something); `breaks` applies the chosen policy (strict: bf16 bit-exact).
+/// gain means something); `breaks` applies the chosen judge.
 fn ratio_vs(
     reference: &HashMap<String, Capture>,
     c: &Capture,
-    strict: bool,
+    judge: Judge,
 ) -> Option<(f64, bool, Vec<usize>)> {
     let r = reference.get(&c.name)?;
     let is_int = matches!(c.values, CaptureValues::I64(_));
@@ -171,16 +193,14 @@ fn ratio_vs(
         &r.shape,
         &policy_for_capture(&c.name, is_int),
     );
-    let breaks = if strict {
-        !compare_full(
-            v(&c.values),
-            v(&r.values),
-            &r.shape,
-            &strict_policy_for_capture(&c.name, is_int),
-        )
-        .pass
-    } else {
-        !atlas.pass
+    let other = match judge {
+        Judge::Atlas => None,
+        Judge::Strict => Some(strict_policy_for_capture(&c.name, is_int)),
+        Judge::Gpu => Some(super::multi::gpu_policy_for_capture(&c.name, is_int)),
+    };
+    let breaks = match other {
+        None => !atlas.pass,
+        Some(p) => !compare_full(v(&c.values), v(&r.values), &r.shape, &p).pass,
     };
     // Integer captures are exact-or-not: their error/1e-12 ratio would swamp every float ratio,
     // so they count 1 when they differ (top-k triage explains them) and 0 otherwise.
@@ -213,6 +233,16 @@ pub fn localize(
     make_test: &mut dyn FnMut() -> Result<Box<dyn Backend>, SessionError>,
     strict: bool,
 ) -> Result<Localization, SessionError> {
+    localize_with(golden, reference, make_test, Judge::from_strict(strict))
+}
+
+/// [`localize`] with an explicit judge (e.g. [`Judge::Gpu`] for a GPU test backend).
+pub fn localize_with(
+    golden: &Golden,
+    reference: &RecordedRun,
+    make_test: &mut dyn FnMut() -> Result<Box<dyn Backend>, SessionError>,
+    judge: Judge,
+) -> Result<Localization, SessionError> {
     let _ = model_of(golden)?;
     let mut chained = make_test()?;
     let mut isolated = make_test()?;
@@ -240,7 +270,7 @@ pub fn localize(
             let (mut worst_capture, mut worst_location) = (String::new(), String::new());
             let mut has_inputs = false;
             for c in c_out.iter().filter(|c| !c.is_diagnostic()) {
-                if let Some((r, _, _)) = ratio_vs(refcaps, c, strict) {
+                if let Some((r, _, _)) = ratio_vs(refcaps, c, judge) {
                     if is_step_input(&c.name) {
                         has_inputs = true;
                         input_ratio = input_ratio.max(r);
@@ -262,7 +292,7 @@ pub fn localize(
                 .iter()
                 .filter(|c| !c.is_diagnostic() && !is_step_input(&c.name))
             {
-                if let Some((r, b, idx)) = ratio_vs(refcaps, c, strict) {
+                if let Some((r, b, idx)) = ratio_vs(refcaps, c, judge) {
                     if !breaks && (b || r > local_ratio) {
                         worst_capture = c.name.clone();
                         worst_location = describe_location(&c.name, &c.shape, &idx);
@@ -404,7 +434,7 @@ fn downstream_ratio(
                 .iter()
                 .filter(|c| !c.is_diagnostic() && !is_step_input(&c.name))
             {
-                if let Some((r, _, _)) = ratio_vs(refcaps, c, false) {
+                if let Some((r, _, _)) = ratio_vs(refcaps, c, Judge::Atlas) {
                     worst = worst.max(r);
                 }
             }

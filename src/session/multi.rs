@@ -19,7 +19,14 @@
 //!   the same regime (a flipped candidate mask changes the scores a later indexer ranks);
 //!   otherwise it is a mismatch. Float captures downstream of a tie flip are not excused: with
 //!   the GPU tie rule they may leave the policy, which is why `--reference-ties` exists.
+//!
+//! Top-k triage (`super::triage`) runs beside the comparisons: every backend's index captures
+//! against the golden's (where the golden holds them in full) and every other backend's against
+//! the reference backend's, each disagreement classified tie flip / near tie / real from the
+//! reference backend's diagnostic scores (the oracle emits them with `diagnostics` on).
 
+use super::localize::is_step_input;
+use super::triage::{TopkTriage, TriageState};
 use super::{regime_inputs, CaptureRow, CheckOptions, Report, SessionError};
 use crate::golden::compare::{compare_full, compare_with_golden, Comparison, Values};
 use crate::golden::names::{capture_kind, CaptureKind};
@@ -116,6 +123,72 @@ pub struct MultiReport {
     pub cross: Vec<(String, Vec<CrossRow>)>,
     /// Per non-reference backend: captures the reference produced that it did not.
     pub cross_missing: Vec<(String, Vec<(String, String)>)>,
+    /// Per backend (in the order given): top-k triage of its index captures against the golden,
+    /// `(regime, triage)` per index capture the golden holds in full.
+    pub triage_golden: Vec<(String, Vec<(String, TopkTriage)>)>,
+    /// Per non-reference backend: top-k triage against the reference backend.
+    pub triage_cross: Vec<(String, Vec<(String, TopkTriage)>)>,
+}
+
+/// Totals of one triage list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TriageTotals {
+    pub captures: usize,
+    pub rows_differing: usize,
+    pub tie_flips: usize,
+    pub near_ties: usize,
+    pub real: usize,
+}
+
+/// Sum a triage list.
+pub fn triage_totals(list: &[(String, TopkTriage)]) -> TriageTotals {
+    let mut t = TriageTotals::default();
+    for (_, x) in list {
+        t.captures += 1;
+        t.rows_differing += x.rows_differing;
+        t.tie_flips += x.tie_flips;
+        t.near_ties += x.near_ties;
+        t.real += x.real;
+    }
+    t
+}
+
+/// Largest |a - b| relative to the largest |b| (0 when b is all zero or the lengths differ).
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut err, mut mag) = (0f32, 0f32);
+    for (x, y) in a.iter().zip(b) {
+        err = err.max((x - y).abs());
+        mag = mag.max(y.abs());
+    }
+    if mag > 0.0 && err.is_finite() {
+        err / mag
+    } else {
+        0.0
+    }
+}
+
+/// The relative error of the step's input captures (`h_in`, `engram_in`, ...) of `test`
+/// against `reference`: how far upstream error can move this step's scores.
+fn upstream_rel_err(test: &[Capture], reference: &[Capture]) -> f32 {
+    let mut worst = 0f32;
+    for t in test.iter().filter(|c| is_step_input(&c.name)) {
+        if let (Some(r), CaptureValues::F32(a)) =
+            (reference.iter().find(|c| c.name == t.name), &t.values)
+        {
+            if let CaptureValues::F32(b) = &r.values {
+                worst = worst.max(rel_err(a, b));
+            }
+        }
+    }
+    worst
+}
+
+fn is_index_capture(name: &str) -> bool {
+    let base = name.rsplit('.').next().unwrap_or(name);
+    matches!(base, "sa_topk_idxs" | "topk_idxs" | "moe_indices")
 }
 
 impl MultiReport {
@@ -225,6 +298,20 @@ pub fn run_lockstep(
         .iter()
         .map(|&i| (backends[i].name(), Vec::new()))
         .collect();
+    let triage_cfg = opts
+        .invariants
+        .clone()
+        .or_else(|| super::model_of(golden).ok().map(|m| m.0));
+    let mut triage_golden: Vec<(String, Vec<(String, TopkTriage)>)> =
+        backends.iter().map(|b| (b.name(), Vec::new())).collect();
+    let mut triage_cross: Vec<(String, Vec<(String, TopkTriage)>)> = others
+        .iter()
+        .map(|&i| (backends[i].name(), Vec::new()))
+        .collect();
+    let mut triage_golden_state: Vec<TriageState> =
+        backends.iter().map(|_| TriageState::default()).collect();
+    let mut triage_cross_state: Vec<TriageState> =
+        others.iter().map(|_| TriageState::default()).collect();
     for (ri, (regime_name, ids, start)) in inputs.iter().enumerate() {
         let regime = &golden.regimes[ri];
         let berr = |source: crate::model::BackendError| SessionError::Backend {
@@ -233,6 +320,12 @@ pub fn run_lockstep(
         };
         for b in backends.iter_mut() {
             b.begin(ids, *start).map_err(berr)?;
+        }
+        for t in triage_golden_state
+            .iter_mut()
+            .chain(triage_cross_state.iter_mut())
+        {
+            t.begin_regime(regime_name);
         }
         let steps = backends[reference].steps();
         let mut produced: Vec<std::collections::HashSet<String>> =
@@ -266,16 +359,70 @@ pub fn run_lockstep(
             }
             let wanted = |n: &str| opts.only.as_ref().is_none_or(|re| re.is_match(n));
             for (bi, c) in caps.iter().enumerate() {
-                for cap in c {
+                for cap in c.iter().filter(|c| !c.is_diagnostic()) {
                     produced[bi].insert(cap.name.clone());
                     if !wanted(&cap.name) {
                         continue;
                     }
                     match golden_row(regime, regime_name, step, cap, opts) {
-                        Some(row) => reports[bi].rows.push(row),
+                        Some(row) => {
+                            if let Some(g) = regime.get(&cap.name) {
+                                let m = g.samples_f64().iter().fold(0f64, |m, v| m.max(v.abs()));
+                                reports[bi]
+                                    .reference_max_abs
+                                    .insert((regime_name.clone(), cap.name.clone()), m);
+                            }
+                            reports[bi].rows.push(row)
+                        }
                         None => reports[bi]
                             .extra
                             .push((regime_name.clone(), cap.name.clone())),
+                    }
+                }
+            }
+            if let Some(cfg) = &triage_cfg {
+                // The golden's full index tensors and its step inputs, with the reference
+                // backend's diagnostic scores: the reference of the golden triage.
+                let mut golden_caps: Vec<Capture> = caps[reference]
+                    .iter()
+                    .filter(|c| c.is_diagnostic())
+                    .cloned()
+                    .collect();
+                for c in caps[reference].iter().filter(|c| !c.is_diagnostic()) {
+                    let Some(g) = regime.get(&c.name) else {
+                        continue;
+                    };
+                    if is_index_capture(&c.name) || c.name.ends_with(".candidates") {
+                        if let Some(v) = g.full_i64() {
+                            golden_caps.push(Capture::int(c.name.clone(), g.shape.clone(), v));
+                        }
+                    } else if is_step_input(&c.name) && !g.is_int() {
+                        if let Some(v) = g.full_f32() {
+                            golden_caps.push(Capture::f32(
+                                c.name.clone(),
+                                g.shape.clone(),
+                                c.dtype,
+                                v,
+                            ));
+                        }
+                    }
+                }
+                for (bi, c) in caps.iter().enumerate() {
+                    let up = upstream_rel_err(c, &golden_caps);
+                    for t in triage_golden_state[bi].step(cfg, *start, &golden_caps, c, up) {
+                        if wanted(&t.capture) {
+                            triage_golden[bi].1.push((regime_name.clone(), t));
+                        }
+                    }
+                }
+                for (oi, &bi) in others.iter().enumerate() {
+                    let up = upstream_rel_err(&caps[bi], &caps[reference]);
+                    for t in
+                        triage_cross_state[oi].step(cfg, *start, &caps[reference], &caps[bi], up)
+                    {
+                        if wanted(&t.capture) {
+                            triage_cross[oi].1.push((regime_name.clone(), t));
+                        }
                     }
                 }
             }
@@ -286,14 +433,14 @@ pub fn run_lockstep(
             for (oi, &bi) in others.iter().enumerate() {
                 let mine: HashMap<&str, &Capture> =
                     caps[bi].iter().map(|c| (c.name.as_str(), c)).collect();
-                for r in &caps[reference] {
+                for r in caps[reference].iter().filter(|c| !c.is_diagnostic()) {
                     if wanted(&r.name) && !mine.contains_key(r.name.as_str()) {
                         cross_missing[oi]
                             .1
                             .push((regime_name.clone(), r.name.clone()));
                     }
                 }
-                for cap in &caps[bi] {
+                for cap in caps[bi].iter().filter(|c| !c.is_diagnostic()) {
                     let Some(r) = by_name.get(cap.name.as_str()) else {
                         continue;
                     };
@@ -341,6 +488,75 @@ pub fn run_lockstep(
         reference: ref_name,
         cross,
         cross_missing,
+        triage_golden,
+        triage_cross,
+    })
+}
+
+/// A triage list as JSON: totals, and every capture with a disagreement in detail.
+pub fn triage_json(list: &[(String, TopkTriage)]) -> serde_json::Value {
+    use super::report::finite_or_null;
+    use serde_json::json;
+    let t = triage_totals(list);
+    json!({
+        "index_captures": t.captures,
+        "rows_differing": t.rows_differing,
+        "tie_flips": t.tie_flips,
+        "near_ties": t.near_ties,
+        "real": t.real,
+        "disagreements": list.iter().filter(|(_, x)| x.rows_differing > 0).map(|(regime, x)| json!({
+            "regime": regime,
+            "capture": x.capture,
+            "rows": x.rows,
+            "rows_differing": x.rows_differing,
+            "tie_flips": x.tie_flips,
+            "near_ties": x.near_ties,
+            "real": x.real,
+            "downstream_of": x.downstream_of,
+            "details": x.details.iter().map(|d| json!({
+                "row": d.row,
+                "reference_only": d.reference_only,
+                "test_only": d.test_only,
+                "class": d.class.to_string(),
+                "score_gap": finite_or_null(d.score_gap as f64),
+                "boundary_margin": d.boundary_margin.map(|m| finite_or_null(m as f64)),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Cross rows of one backend as JSON.
+pub fn cross_json(m: &MultiReport, i: usize) -> serde_json::Value {
+    use super::report::finite_or_null;
+    use serde_json::json;
+    let s = m.cross_summary(i);
+    let Some((name, rows)) = m.cross.get(i) else {
+        return serde_json::Value::Null;
+    };
+    json!({
+        "backend": name,
+        "reference": m.reference,
+        "summary": {
+            "compared": s.compared, "within_policy": s.within_policy, "bit_exact": s.bit_exact,
+            "tie_flips": s.tie_flips, "failed": s.failed, "missing": s.missing,
+        },
+        "first_divergence": m.first_cross_failure(i).map(|r| json!({"regime": r.regime, "capture": r.name, "step": r.step.to_string()})),
+        "captures": rows.iter().map(|r| json!({
+            "regime": r.regime,
+            "step": r.step.to_string(),
+            "capture": r.name,
+            "policy": r.cmp.policy_name,
+            "within_policy": r.ok(),
+            "bit_exact": r.cmp.bit_exact,
+            "tie_flip": r.tie_flip,
+            "max_abs_err": finite_or_null(r.cmp.max_abs_err),
+            "max_abs_err_index": r.cmp.max_abs_err_multi_index,
+            "tol": r.cmp.tol,
+            "worst_ratio": finite_or_null(r.cmp.worst_ratio),
+            "reason": r.cmp.reason,
+        })).collect::<Vec<_>>(),
+        "missing": m.cross_missing.get(i).map(|(_, v)| v.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>()).unwrap_or_default(),
+        "topk_triage": m.triage_cross.get(i).map(|(_, l)| triage_json(l)),
     })
 }
 

@@ -125,6 +125,20 @@ impl Report {
         Some(super::budget::budget_for(cfg, &r.name, m))
     }
 
+    /// The budget of a row and observed error / budget (0 when both are 0, infinite when only
+    /// the budget is).
+    pub fn budget_ratio(&self, r: &CaptureRow) -> Option<(super::budget::Budget, f64)> {
+        let b = self.budget(r)?;
+        let over = if b.abs > 0.0 {
+            r.cmp.max_abs_err / b.abs
+        } else if r.cmp.max_abs_err == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        Some((b, over))
+    }
+
     pub fn to_json(&self) -> Value {
         let s = self.summary();
         json!({
@@ -140,8 +154,7 @@ impl Report {
             "first_failure": self.first_failure().map(|r| json!({"regime": r.regime, "capture": r.name, "step": r.step.to_string()})),
             "captures": self.rows.iter().map(|r| {
                 let mut v = row_json(r);
-                if let (Some(b), Value::Object(m)) = (self.budget(r), &mut v) {
-                    let over = if b.abs > 0.0 { r.cmp.max_abs_err / b.abs } else if r.cmp.max_abs_err == 0.0 { 0.0 } else { f64::INFINITY };
+                if let (Some((b, over)), Value::Object(m)) = (self.budget_ratio(r), &mut v) {
                     m.insert("budget".into(), finite_or_null(b.abs));
                     m.insert("observed_over_budget".into(), finite_or_null(over));
                     m.insert("budget_reason".into(), json!(b.reason));
@@ -156,7 +169,7 @@ impl Report {
     }
 }
 
-fn finite_or_null(v: f64) -> Value {
+pub(crate) fn finite_or_null(v: f64) -> Value {
     if v.is_finite() {
         json!(v)
     } else {

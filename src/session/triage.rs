@@ -59,6 +59,10 @@ pub struct TopkTriage {
     pub near_ties: usize,
     pub real: usize,
     pub details: Vec<RowDisagreement>,
+    /// The latest earlier selection (index capture or candidate mask, `regime capture`) whose
+    /// test and reference disagreed: a disagreement here may be its consequence (e.g. a flipped
+    /// candidate mask hands this top-k different scores), not a fault of this selection.
+    pub downstream_of: Option<String>,
 }
 
 /// The reference scores of each row over its positions; an index `i >= offset` names position
@@ -121,6 +125,7 @@ pub fn triage_rows(
         near_ties: 0,
         real: 0,
         details: Vec::new(),
+        downstream_of: None,
     };
     for r in 0..rows {
         let set = |v: &[i64]| {
@@ -169,10 +174,18 @@ pub fn triage_rows(
             gap = gap.max(g);
         }
         let boundary_margin = scores.and_then(|s| {
-            let k = a.len();
+            // k counts the reference picks that are scored positions (window rows of
+            // `sa_topk_idxs` are not); equal boundary scores (also -inf ones) have margin 0.
+            let k = a.iter().filter(|&&i| s.score(r, i).is_some()).count();
             let mut row: Vec<f32> = s.scores.get(r * s.width..(r + 1) * s.width)?.to_vec();
             row.sort_by(|x, y| y.total_cmp(x));
-            (k >= 1 && k < row.len()).then(|| row[k - 1] - row[k])
+            (k >= 1 && k < row.len()).then(|| {
+                if row[k - 1] == row[k] {
+                    0.0
+                } else {
+                    row[k - 1] - row[k]
+                }
+            })
         });
         match class {
             TopkClass::TieFlip => t.tie_flips += 1,
@@ -198,12 +211,23 @@ pub fn triage_rows(
 pub struct TriageState {
     /// `(layer, scores [s, T], T)` of the last index source of this forward.
     last_index_scores: Option<(usize, Vec<f32>, usize)>,
+    /// Selections that disagreed so far, `(regime, layer, capture)` in order (kept across
+    /// forwards: persistent state carries a flip's consequences).
+    flips: Vec<(String, Option<usize>, String)>,
+    /// Label of the current forward (for `downstream_of`).
+    regime: String,
 }
 
 impl TriageState {
     /// Start a new forward.
     pub fn begin(&mut self) {
         self.last_index_scores = None;
+    }
+
+    /// Start a new forward named `regime` (named in `downstream_of`).
+    pub fn begin_regime(&mut self, regime: &str) {
+        self.begin();
+        self.regime = regime.to_string();
     }
 
     /// Triage one step: `reference` must include the reference backend's diagnostic captures.
@@ -230,6 +254,15 @@ impl TriageState {
         let mut out = Vec::new();
         for rc in reference.iter().filter(|c| !c.is_diagnostic()) {
             let name = parse_capture_name(&rc.name);
+            if name.base == "candidates" {
+                if let Some(tc) = test.iter().find(|c| c.name == rc.name) {
+                    if tc.values != rc.values {
+                        self.flips
+                            .push((self.regime.clone(), name.layer, rc.name.clone()));
+                    }
+                }
+                continue;
+            }
             let index_like = matches!(
                 name.base.as_str(),
                 "sa_topk_idxs" | "topk_idxs" | "moe_indices"
@@ -276,7 +309,27 @@ impl TriageState {
                     near_tie_rel: BF16_NEAR_TIE_REL + upstream_rel_err,
                 })
             };
-            out.push(triage_rows(&rc.name, a, b, width, scores));
+            let mut t = triage_rows(&rc.name, a, b, width, scores);
+            // The latest disagreement of an earlier selection; a layer's shared copy of its own
+            // top-k (`shared.L{l}.topk_idxs`) is the same selection, not a consequence.
+            t.downstream_of = self
+                .flips
+                .iter()
+                .rev()
+                .find(|(r, l, n)| {
+                    let own_copy = name.shared
+                        && name.base == "topk_idxs"
+                        && *r == self.regime
+                        && *l == name.layer
+                        && n.ends_with(".sa_topk_idxs");
+                    !own_copy
+                })
+                .map(|(r, _, n)| format!("{r} {n}"));
+            if t.rows_differing > 0 && !name.shared {
+                self.flips
+                    .push((self.regime.clone(), name.layer, rc.name.clone()));
+            }
+            out.push(t);
         }
         out
     }
