@@ -1,6 +1,7 @@
 //! Cross-checks against gguf-py 0.19.0: (a) files written by `gguf.GGUFWriter` read field by field
 //! and tensor by tensor the way `gguf.GGUFReader` reads them; (b) random well-formed blocks of
-//! every block type dequantize bit for bit like `gguf.quants.dequantize`.
+//! every block type dequantize bit for bit like `gguf.quants.dequantize`; (c) our Q8_0, Q4_0,
+//! BF16 and F16 encoders write the same bytes as `gguf.quants.quantize`.
 //!
 //! Needs a python with gguf==0.19.0: `GOLDEN_LENS_PY`, or a venv the test creates under the target
 //! dir. Under `CI=true` a missing python fails; otherwise the tests skip with a notice.
@@ -10,6 +11,7 @@ mod gguf_common;
 use gguf_common::*;
 use golden_lens::gguf::info::value_to_json;
 use golden_lens::gguf::quant::dequantize;
+use golden_lens::gguf::quant::encode::quantize;
 use golden_lens::gguf::{GgmlType, GgufFile, MetaValue};
 use serde_json::Value;
 use std::path::Path;
@@ -221,4 +223,38 @@ fn cli_npy_loads_in_numpy() {
         };
         assert_eq!(back, want);
     }
+}
+
+#[test]
+fn quantize_matches_gguf_py_byte_for_byte() {
+    let Some(python) = python_with_gguf() else {
+        return;
+    };
+    let dir = TempDir::new().unwrap();
+    run_py_script(&python, "gen_quant_inputs.py", dir.path());
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("manifest.json")).unwrap()).unwrap();
+    let inputs = read_f32_file(&dir.path().join("inputs.f32"));
+    assert_eq!(inputs.len() as u64, manifest["n_values"].as_u64().unwrap());
+    let mut checked = Vec::new();
+    for name in manifest["types"].as_array().unwrap() {
+        let name = name.as_str().unwrap();
+        let ty = GgmlType::from_name(name).unwrap();
+        let expected = std::fs::read(dir.path().join(format!("{name}.bytes"))).unwrap();
+        let ours = quantize(ty, &inputs).unwrap();
+        assert_eq!(ours.len(), expected.len(), "{name}: encoded size");
+        if let Some(i) = ours.iter().zip(&expected).position(|(a, b)| a != b) {
+            let (block_values, block_bytes) = ty.block_layout().unwrap();
+            let block = i / block_bytes;
+            panic!(
+                "{name}: byte {i} (block {block}, byte {} of it) differs: golden-lens {:#04x} vs gguf-py {:#04x}; block input {:?}",
+                i % block_bytes,
+                ours[i],
+                expected[i],
+                &inputs[block * block_values..(block + 1) * block_values]
+            );
+        }
+        checked.push(name.to_string());
+    }
+    assert_eq!(checked, ["Q8_0", "Q4_0", "BF16", "F16"]);
 }
