@@ -37,7 +37,7 @@ fn v3_check_exits_zero_with_the_closing_line() {
     );
     assert!(
         out.contains(
-            "top-k triage (cpu against the golden): 36 index captures, 0 rows differ: 0 tie flips, 0 near ties, 0 real"
+            "top-k triage (cpu against the golden): 38 index captures, 0 rows differ: 0 tie flips, 0 near ties, 0 real"
         ),
         "{out}"
     );

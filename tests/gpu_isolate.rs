@@ -171,7 +171,10 @@ fn triage_classifies_every_gpu_topk_disagreement_and_none_for_the_oracle() {
         "the oracle matches the golden"
     );
     let cross = triage_totals(&m.triage_cross[0].1);
-    assert_eq!(cross.captures, 45, "every index capture of three regimes");
+    assert_eq!(
+        cross.captures, 48,
+        "every index capture and candidate selection of three regimes"
+    );
     assert!(
         cross.tie_flips > 0,
         "the GPU tie rule flips the golden's ties"
@@ -215,7 +218,7 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text
-        .contains("top-k triage (gpu against the cpu oracle): 45 index captures, 0 rows differ"));
+        .contains("top-k triage (gpu against the cpu oracle): 48 index captures, 0 rows differ"));
     assert!(text.contains("error budgets: "));
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parse");
@@ -228,7 +231,7 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     assert_eq!(backends, ["cpu", "gpu"]);
     assert_eq!(v["backends"][1]["summary"]["passed"], 443);
     assert_eq!(v["cross"][0]["summary"]["compared"], 443);
-    assert_eq!(v["cross"][0]["topk_triage"]["index_captures"], 45);
+    assert_eq!(v["cross"][0]["topk_triage"]["index_captures"], 48);
     let full = format!(
         "{}/../shared/reference/ds41_tiny_golden.v3-full.json",
         env!("CARGO_MANIFEST_DIR")
@@ -314,7 +317,7 @@ fn check_runs_both_backends_on_a_gguf_s_weights() {
     assert!(text.contains("gpu vs cpu: 443 captures compared"), "{text}");
     assert!(
         text.contains(
-            "top-k triage (gpu against the cpu oracle): 45 index captures, 0 rows differ"
+            "top-k triage (gpu against the cpu oracle): 48 index captures, 0 rows differ"
         ),
         "{text}"
     );

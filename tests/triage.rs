@@ -20,7 +20,7 @@ fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
     for (regime, ids, start) in session::regime_inputs(g).expect("inputs") {
         reference.begin(&ids, start).expect("begin");
         test.begin(&ids, start).expect("begin");
-        state.begin();
+        state.begin_regime(&regime);
         for step in reference.steps() {
             let (mut rc, mut tc) = (Vec::new(), Vec::new());
             reference.run(step, &mut rc).expect("reference step");
@@ -46,8 +46,8 @@ fn oracle_against_itself_has_no_topk_disagreement() {
     let t = lockstep(&v3(), Vec::new());
     assert_eq!(
         t.len(),
-        45,
-        "6 sa_topk_idxs + 6 moe_indices + 3 shared topk_idxs per regime"
+        48,
+        "6 sa_topk_idxs + 6 moe_indices + 3 shared topk_idxs + the candidate source's mask per regime"
     );
     assert!(t.iter().all(|(_, x)| x.rows_differing == 0));
 }
@@ -80,4 +80,39 @@ fn lowest_index_tie_rule_yields_only_tie_flips() {
     assert!(differing
         .iter()
         .any(|(r, x)| r == "decode12" && x.capture == "L5.sa_topk_idxs"));
+}
+
+#[test]
+fn a_lowest_index_candidate_rule_is_a_tie_flip_and_later_selections_name_it() {
+    let fault = Fault {
+        kind: FaultKind::TieOrder,
+        capture: "shared.L4.candidates".into(),
+        regime_start: None,
+        index: 0,
+    };
+    let t = lockstep(&v3(), vec![fault]);
+    let cand: Vec<&(String, TopkTriage)> = t
+        .iter()
+        .filter(|(_, x)| x.capture == "shared.L4.candidates" && x.rows_differing > 0)
+        .collect();
+    assert!(
+        !cand.is_empty(),
+        "a block tie at the candidate boundary must flip under the lowest-index rule"
+    );
+    for (regime, x) in &cand {
+        assert_eq!(x.tie_flips, x.rows_differing, "{regime}: {:?}", x.details);
+    }
+    // Every later disagreement in the same forward follows the flipped mask.
+    for (regime, x) in t.iter().filter(|(r, x)| {
+        x.rows_differing > 0
+            && x.capture != "shared.L4.candidates"
+            && cand.iter().any(|(cr, _)| cr == r)
+    }) {
+        assert_eq!(
+            x.downstream_of.as_deref(),
+            Some(format!("{regime} shared.L4.candidates").as_str()),
+            "{regime} {}",
+            x.capture
+        );
+    }
 }

@@ -42,6 +42,19 @@ pub fn select_candidate_blocks(
     topk_blocks: usize,
     block: usize,
 ) -> Vec<bool> {
+    select_candidate_blocks_by(score, w, clen, topk_blocks, block, torch_cpu_topk_set)
+}
+
+/// [`select_candidate_blocks`] with another top-k rule over the block scores (the tie-order
+/// fault uses the lowest-index rule).
+pub fn select_candidate_blocks_by(
+    score: &[f32],
+    w: usize,
+    clen: &[usize],
+    topk_blocks: usize,
+    block: usize,
+    topk: fn(&[f32], usize) -> Vec<usize>,
+) -> Vec<bool> {
     let rows = score.len().checked_div(w).unwrap_or(0);
     let nb = w.div_ceil(block);
     let mut mask = vec![false; rows * w];
@@ -61,7 +74,7 @@ pub fn select_candidate_blocks(
                 bs[last] = f32::INFINITY;
             }
         }
-        let picks = torch_cpu_topk_set(&bs, topk_blocks.min(nb));
+        let picks = topk(&bs, topk_blocks.min(nb));
         for b in picks {
             if bs[b] > f32::NEG_INFINITY {
                 for p in b * block..((b + 1) * block).min(w) {
@@ -487,12 +500,20 @@ impl Oracle {
             }
         }
         if role.candidate_source {
-            let m = select_candidate_blocks(
+            let tie_fault =
+                self.faults
+                    .structural(FaultKind::TieOrder, &format!("shared.L{l}.candidates"), sp);
+            let m = select_candidate_blocks_by(
                 &score,
                 t_vis,
                 &clen,
                 cfg.candidate_topk_blocks,
                 cfg.candidate_block_size,
+                if tie_fault {
+                    super::faults::lowest_index_topk
+                } else {
+                    torch_cpu_topk_set
+                },
             );
             self.state.shared.candidates = Some((s, t_vis, m));
         } else if role.candidate_consumer {

@@ -1,8 +1,8 @@
 //! Top-k triage: every disagreement in an index capture (`sa_topk_idxs`, `shared.*.topk_idxs`,
-//! `moe_indices`) between a test backend and the reference is classified as a *tie flip* (the
-//! reference scores at the swapped positions are equal), a *near tie* (within a bound from the
-//! score dtype plus the upstream error), or *real*, with the reference's margin at the
-//! k-boundary. The reference scores come from the oracle's diagnostic captures
+//! `moe_indices`, and the candidate source's block selection `shared.L*.candidates`) between a
+//! test backend and the reference is classified as a *tie flip* (the reference scores at the
+//! swapped positions are equal), a *near tie* (within a bound from the score dtype plus the
+//! upstream error), or *real*, with the reference's margin at the k-boundary. The reference scores come from the oracle's diagnostic captures
 //! (`diag.L{l}.index_score`, `diag.L{l}.gate_biased`).
 
 use crate::golden::names::parse_capture_name;
@@ -216,12 +216,109 @@ pub struct TriageState {
     flips: Vec<(String, Option<usize>, String)>,
     /// Label of the current forward (for `downstream_of`).
     regime: String,
+    /// `(rows, T, block scores [rows, n_blocks])` of the candidate source in this forward.
+    block_scores: Option<(usize, usize, Vec<f32>)>,
 }
 
 impl TriageState {
     /// Start a new forward.
     pub fn begin(&mut self) {
         self.last_index_scores = None;
+        self.block_scores = None;
+    }
+
+    /// Triage a candidate mask `[1, rows, T]`: each row's selected blocks (a block is selected
+    /// when any of its positions is) against the reference's, scored by the reference block
+    /// scores (the block's best index score; the block of the last visible position forced to
+    /// +inf, as the selection does). Only the candidate source's own capture is scored; a
+    /// republished copy that differs is recorded as a flip for `downstream_of` but not scored.
+    fn candidates(
+        &mut self,
+        cfg: &ModelConfig,
+        start_pos: usize,
+        rc: &Capture,
+        test: &[Capture],
+        upstream_rel_err: f32,
+    ) -> Option<TopkTriage> {
+        let name = parse_capture_name(&rc.name);
+        let tc = test.iter().find(|c| c.name == rc.name)?;
+        let (CaptureValues::I64(a), CaptureValues::I64(b)) = (&rc.values, &tc.values) else {
+            return None;
+        };
+        let t_w = *rc.shape.last().unwrap_or(&0);
+        let bs = cfg.candidate_block_size.max(1);
+        let nb = t_w.div_ceil(bs);
+        let rows = a.len().checked_div(t_w).unwrap_or(0);
+        let is_source = name.layer.is_some() && name.layer == cfg.candidate_source_layer;
+        if is_source {
+            self.block_scores = match &self.last_index_scores {
+                Some((l, v, w)) if Some(*l) == name.layer && *w == t_w && v.len() == rows * t_w => {
+                    let r = cfg.compress_ratios.get(*l).copied().unwrap_or(1).max(1);
+                    let mut out = Vec::with_capacity(rows * nb);
+                    for t in 0..rows {
+                        let row = &v[t * t_w..(t + 1) * t_w];
+                        let mut blocks: Vec<f32> = (0..nb)
+                            .map(|k| {
+                                row[k * bs..((k + 1) * bs).min(t_w)]
+                                    .iter()
+                                    .copied()
+                                    .fold(f32::NEG_INFINITY, f32::max)
+                            })
+                            .collect();
+                        let clen = if start_pos == 0 { (t + 1) / r } else { t_w };
+                        if clen > 0 && (clen - 1) / bs < nb {
+                            blocks[(clen - 1) / bs] = f32::INFINITY;
+                        }
+                        out.extend(blocks);
+                    }
+                    Some((rows, t_w, out))
+                }
+                _ => None,
+            };
+        }
+        let as_blocks = |m: &[i64]| -> Vec<i64> {
+            let mut v = Vec::with_capacity(rows * nb);
+            for t in 0..rows {
+                for k in 0..nb {
+                    let sel = (k * bs..((k + 1) * bs).min(t_w)).any(|p| m[t * t_w + p] != 0);
+                    v.push(if sel { k as i64 } else { -1 });
+                }
+            }
+            v
+        };
+        if a.len() != rows * t_w || b.len() != a.len() {
+            return None;
+        }
+        let differs = a != b;
+        let scored = self
+            .block_scores
+            .as_ref()
+            .filter(|(r, w, _)| is_source && *r == rows && *w == t_w);
+        let Some((_, _, scores)) = scored else {
+            if differs {
+                self.flips
+                    .push((self.regime.clone(), name.layer, rc.name.clone()));
+            }
+            return None;
+        };
+        let mut t = triage_rows(
+            &rc.name,
+            &as_blocks(a),
+            &as_blocks(b),
+            nb,
+            Some(ScoreRows {
+                scores,
+                width: nb,
+                offset: 0,
+                near_tie_rel: BF16_NEAR_TIE_REL + upstream_rel_err,
+            }),
+        );
+        t.downstream_of = self.flips.last().map(|(r, _, n)| format!("{r} {n}"));
+        if differs {
+            self.flips
+                .push((self.regime.clone(), name.layer, rc.name.clone()));
+        }
+        Some(t)
     }
 
     /// Start a new forward named `regime` (named in `downstream_of`).
@@ -255,11 +352,8 @@ impl TriageState {
         for rc in reference.iter().filter(|c| !c.is_diagnostic()) {
             let name = parse_capture_name(&rc.name);
             if name.base == "candidates" {
-                if let Some(tc) = test.iter().find(|c| c.name == rc.name) {
-                    if tc.values != rc.values {
-                        self.flips
-                            .push((self.regime.clone(), name.layer, rc.name.clone()));
-                    }
+                if let Some(t) = self.candidates(cfg, start_pos, rc, test, upstream_rel_err) {
+                    out.push(t);
                 }
                 continue;
             }
