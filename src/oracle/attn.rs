@@ -45,6 +45,26 @@ pub fn select_candidate_blocks(
     select_candidate_blocks_by(score, w, clen, topk_blocks, block, torch_cpu_topk_set)
 }
 
+/// One row's candidate block scores: each block's best index score, the block holding the last
+/// of the `clen` visible positions forced to +inf (it is always selected).
+pub fn candidate_block_scores(row: &[f32], clen: usize, block: usize) -> Vec<f32> {
+    let block = block.max(1);
+    let w = row.len();
+    let nb = w.div_ceil(block);
+    let mut bs: Vec<f32> = (0..nb)
+        .map(|b| {
+            row[b * block..((b + 1) * block).min(w)]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max)
+        })
+        .collect();
+    if clen > 0 && (clen - 1) / block < nb {
+        bs[(clen - 1) / block] = f32::INFINITY;
+    }
+    bs
+}
+
 /// [`select_candidate_blocks`] with another top-k rule over the block scores (the tie-order
 /// fault uses the lowest-index rule).
 pub fn select_candidate_blocks_by(
@@ -59,21 +79,7 @@ pub fn select_candidate_blocks_by(
     let nb = w.div_ceil(block);
     let mut mask = vec![false; rows * w];
     for r in 0..rows {
-        let row = &score[r * w..(r + 1) * w];
-        let mut bs: Vec<f32> = (0..nb)
-            .map(|b| {
-                row[b * block..((b + 1) * block).min(w)]
-                    .iter()
-                    .copied()
-                    .fold(f32::NEG_INFINITY, f32::max)
-            })
-            .collect();
-        if clen[r] > 0 {
-            let last = (clen[r] - 1) / block;
-            if last < nb {
-                bs[last] = f32::INFINITY;
-            }
-        }
+        let bs = candidate_block_scores(&score[r * w..(r + 1) * w], clen[r], block);
         let picks = topk(&bs, topk_blocks.min(nb));
         for b in picks {
             if bs[b] > f32::NEG_INFINITY {

@@ -256,20 +256,12 @@ impl TriageState {
                     let r = cfg.compress_ratios.get(*l).copied().unwrap_or(1).max(1);
                     let mut out = Vec::with_capacity(rows * nb);
                     for t in 0..rows {
-                        let row = &v[t * t_w..(t + 1) * t_w];
-                        let mut blocks: Vec<f32> = (0..nb)
-                            .map(|k| {
-                                row[k * bs..((k + 1) * bs).min(t_w)]
-                                    .iter()
-                                    .copied()
-                                    .fold(f32::NEG_INFINITY, f32::max)
-                            })
-                            .collect();
                         let clen = if start_pos == 0 { (t + 1) / r } else { t_w };
-                        if clen > 0 && (clen - 1) / bs < nb {
-                            blocks[(clen - 1) / bs] = f32::INFINITY;
-                        }
-                        out.extend(blocks);
+                        out.extend(crate::oracle::attn::candidate_block_scores(
+                            &v[t * t_w..(t + 1) * t_w],
+                            clen,
+                            bs,
+                        ));
                     }
                     Some((rows, t_w, out))
                 }
