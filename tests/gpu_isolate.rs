@@ -245,6 +245,20 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("not isolated"), "{text}");
     assert!(text.ends_with("443 passed, 0 failed\n"), "{text}");
+    // Both in lockstep, each reseeded before every step: the GPU's local errors against the
+    // oracle's.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
+        .args(["check", "--golden", &full, "--backend", "cpu,gpu"])
+        .args(["--reference-ties", "--mode", "isolated", "--quiet"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("not isolated"), "{text}");
+    assert!(
+        text.contains("gpu vs cpu: 443 captures compared, 443 within the GPU policy"),
+        "{text}"
+    );
 }
 
 #[test]

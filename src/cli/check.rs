@@ -114,16 +114,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     match backends {
         Backends::Cpu => {
+            // A lockstep run of the oracle alone, so its index captures are triaged against the
+            // golden with the oracle's own scores.
             let mut oracle = model.oracle();
-            if opts.mode == Mode::Isolated {
-                let report = session::run_check(&golden, &mut oracle, &opts)?;
-                println!("golden:  {}", report.golden_source);
-                println!("backend: cpu oracle ({} mode)", report.mode.label());
-                let ok = print_report(&report, &args, None, true)?;
-                return Ok(exit(ok));
-            }
-            // Chained: a lockstep run of the oracle alone, so its index captures are triaged
-            // against the golden with the oracle's own scores.
             oracle.diagnostics = true;
             let multi = {
                 let mut list: [&mut dyn golden_lens::model::Backend; 1] = [&mut oracle];
@@ -270,11 +263,6 @@ fn run_gpu(
         );
         let ok = print_report(&report, args, None, true)?;
         return Ok(exit(ok));
-    }
-    if opts.mode != Mode::Chained {
-        anyhow::bail!(
-            "--backend cpu,gpu runs chained only (use --backend gpu or cpu for --mode isolated)"
-        );
     }
     let mut oracle = model.oracle();
     // The oracle's own scores let the triage classify every top-k disagreement.

@@ -268,8 +268,8 @@ fn golden_row(
 }
 
 /// Run `backends` in lockstep over every regime of `golden`; `reference` indexes the backend the
-/// others are compared with in full. Only chained mode is run (isolated reseeding is per
-/// backend; use `run_check` for it).
+/// others are compared with in full. In isolated mode every backend is reseeded from the golden
+/// before each step, so the cross comparison is of local errors.
 pub fn run_lockstep(
     golden: &Golden,
     backends: &mut [&mut dyn Backend],
@@ -334,9 +334,24 @@ pub fn run_lockstep(
         let mut audits: Vec<HashMap<&'static str, i64>> = vec![HashMap::new(); backends.len()];
         // Tie-rule deviations so far in this regime, per backend.
         let mut deviations: Vec<i64> = vec![0; backends.len()];
+        let seeds = if opts.mode == super::Mode::Isolated {
+            Some(super::GoldenSeeds::new(golden, ri)?)
+        } else {
+            None
+        };
         for step in steps {
             let mut caps: Vec<Vec<Capture>> = Vec::with_capacity(backends.len());
             for (bi, b) in backends.iter_mut().enumerate() {
+                if let Some(seeds) = &seeds {
+                    let missing = b.seed(step, seeds).map_err(berr)?;
+                    if !missing.is_empty() {
+                        reports[bi].not_isolated.push(super::StepIsolation {
+                            regime: regime_name.clone(),
+                            step,
+                            missing,
+                        });
+                    }
+                }
                 let mut c = Vec::new();
                 b.run(step, &mut c).map_err(berr)?;
                 c.retain(|cap| {
