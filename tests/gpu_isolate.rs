@@ -35,6 +35,18 @@ fn isolated(golden: &Golden) -> CheckOptions {
     }
 }
 
+/// Run the binary: (success, stdout).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
+        .args(args)
+        .output()
+        .expect("run");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
 #[test]
 fn gpu_isolated_mode_reseeds_every_step_from_the_full_golden() {
     if test_context("gpu_isolated").is_none() {
@@ -205,18 +217,23 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("r.json");
+    let json_s = json.to_str().expect("utf8");
     let v3 = format!(
         "{}/../shared/reference/ds41_tiny_golden.v3.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
-        .args(["check", "--golden", &v3, "--backend", "cpu,gpu"])
-        .args(["--reference-ties", "--quiet", "--json"])
-        .arg(&json)
-        .output()
-        .expect("run");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (ok, text) = cli(&[
+        "check",
+        "--golden",
+        &v3,
+        "--backend",
+        "cpu,gpu",
+        "--reference-ties",
+        "--quiet",
+        "--json",
+        json_s,
+    ]);
+    assert!(ok, "{text}");
     assert!(text
         .contains("top-k triage (gpu against the cpu oracle): 48 index captures, 0 rows differ"));
     assert!(text.contains("error budgets: "));
@@ -236,24 +253,34 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
         "{}/../shared/reference/ds41_tiny_golden.v3-full.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
-        .args(["check", "--golden", &full, "--backend", "gpu"])
-        .args(["--reference-ties", "--mode", "isolated", "--quiet"])
-        .output()
-        .expect("run");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (ok, text) = cli(&[
+        "check",
+        "--golden",
+        &full,
+        "--backend",
+        "gpu",
+        "--reference-ties",
+        "--mode",
+        "isolated",
+        "--quiet",
+    ]);
+    assert!(ok, "{text}");
     assert!(!text.contains("not isolated"), "{text}");
     assert!(text.ends_with("443 passed, 0 failed\n"), "{text}");
     // Both in lockstep, each reseeded before every step: the GPU's local errors against the
     // oracle's.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
-        .args(["check", "--golden", &full, "--backend", "cpu,gpu"])
-        .args(["--reference-ties", "--mode", "isolated", "--quiet"])
-        .output()
-        .expect("run");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (ok, text) = cli(&[
+        "check",
+        "--golden",
+        &full,
+        "--backend",
+        "cpu,gpu",
+        "--reference-ties",
+        "--mode",
+        "isolated",
+        "--quiet",
+    ]);
+    assert!(ok, "{text}");
     assert!(!text.contains("not isolated"), "{text}");
     assert!(
         text.contains("gpu vs cpu: 443 captures compared, 443 within the GPU policy"),
@@ -271,16 +298,7 @@ fn check_runs_both_backends_on_a_gguf_s_weights() {
         "{}/../shared/reference/ds41_tiny_golden.v3.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
-            .args(args)
-            .output()
-            .expect("run");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-        )
-    };
+    let run = cli;
     let bf16 = dir.path().join("tiny-bf16.gguf");
     let bf16 = bf16.to_str().expect("utf8");
     let (ok, text) = run(&["gguf", "export", "--golden", &g, "--out", bf16]);
