@@ -5,7 +5,7 @@
 
 use golden_lens::gpu::attn as gattn;
 use golden_lens::gpu::compress::{self as gcomp, Causal};
-use golden_lens::gpu::gemm::{gemm_into, linear, XView};
+use golden_lens::gpu::gemm::{gemm_into, gemm_into_using, linear, GemmKernel, XView};
 use golden_lens::gpu::hc as ghc;
 use golden_lens::gpu::quant::{quant, QuantMode};
 use golden_lens::gpu::rope::{rope, Positions};
@@ -88,6 +88,142 @@ fn gemm_bf16_and_f32_match_the_oracle_bit_for_bit_with_ragged_tails() {
             "f32 {m}x{k}x{n}"
         );
     }
+}
+
+/// Every GEMM kernel, forced, on shapes around the tiled kernel's 16 x 64 x 16 tiles and the
+/// four-row kernel's row groups (one short of, exactly on and one past each boundary, and the
+/// m = 1 GEMV shape), with bf16 and f32 operands on either side, and for bf16 weights both the
+/// entry points without low-half products and (flag forced) the full ones: every output is the
+/// oracle's bits.
+#[test]
+fn gemm_entry_points_match_the_oracle_bit_for_bit_across_tile_boundaries() {
+    let Some(mut g) = gpu("gemm_tiles") else {
+        return;
+    };
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 16, 64),
+        (1, 17, 65),
+        (2, 1, 1),
+        (15, 15, 63),
+        (16, 16, 64),
+        (17, 17, 65),
+        (12, 64, 130),
+        (33, 47, 129),
+        (5, 320, 200),
+        (3, 33, 70),
+        (7, 18, 9),
+    ];
+    let mut seed = 100;
+    for &(m, k, n) in shapes {
+        for (x_bf16, w_bf16) in [(true, true), (true, false), (false, true), (false, false)] {
+            seed += 3;
+            let x = rand(seed, m * k, 2.0, x_bf16);
+            let w = rand(seed + 1, n * k, 0.3, w_bf16);
+            let xt = g.upload("x", &x).unwrap();
+            let wt = g.upload_weight("w", &w, n, k).unwrap();
+            assert_eq!(wt.low_halves, !w_bf16);
+            let mut forced = wt.clone();
+            forced.low_halves = true;
+            for round in [true, false] {
+                let want = if round {
+                    gemm_bf16(&x, m, k, &w, n)
+                } else {
+                    gemm_f32(&x, m, k, &w, n)
+                };
+                for kernel in [GemmKernel::PerOutput, GemmKernel::Rows4, GemmKernel::Tiled] {
+                    for weight in [&wt, &forced] {
+                        let y = g.zeros("y", m * n).unwrap();
+                        gemm_into_using(
+                            &mut g,
+                            kernel,
+                            &xt,
+                            XView::dense(m, k),
+                            weight,
+                            0,
+                            n,
+                            &y,
+                            n,
+                            0,
+                            round,
+                        )
+                        .unwrap();
+                        assert_eq!(
+                            bits(&g.read_all(&y).unwrap()),
+                            bits(&want),
+                            "{kernel:?} {m}x{k}x{n} x_bf16={x_bf16} w_bf16={w_bf16} \
+                             round={round} low_halves={}",
+                            weight.low_halves
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every kernel on a strided x view (row stride and column offset), a y block at a row
+/// stride and column offset, and a weight row range that starts inside one chunk and ends inside
+/// another (chunks of 37 rows, not a multiple of the tile): the block gets the oracle's bits and
+/// every other value of y keeps its sentinel.
+#[test]
+fn gemm_kernels_honour_strided_views_offsets_and_weight_chunks() {
+    let Some(mut g) = gpu("gemm_tiled_views") else {
+        return;
+    };
+    let (m, k, ldx, x_off) = (19, 41, 100, 23);
+    let (rows, w_row0, n) = (230, 29, 150);
+    let (ldy, y_off) = (170, 11);
+    let xbuf = rand(201, m * ldx, 1.5, true);
+    let w = rand(202, rows * k, 0.4, false);
+    let xt = g.upload("x", &xbuf).unwrap();
+    g.max_chunk_bytes = (37 * k * 4) as u64;
+    let wt = g.upload_weight("w", &w, rows, k).unwrap();
+    assert_eq!(wt.chunks.len(), 7);
+    let sentinel = -7.25f32;
+    let y = g.upload("y", &vec![sentinel; m * ldy]).unwrap();
+    let xv = XView { m, k, ldx, x_off };
+    for kernel in [GemmKernel::Tiled, GemmKernel::Rows4, GemmKernel::PerOutput] {
+        gemm_into_using(
+            &mut g, kernel, &xt, xv, &wt, w_row0, n, &y, ldy, y_off, true,
+        )
+        .unwrap();
+        let got = g.read_all(&y).unwrap();
+        let dense: Vec<f32> = (0..m)
+            .flat_map(|i| xbuf[i * ldx + x_off..i * ldx + x_off + k].to_vec())
+            .collect();
+        let want = gemm_bf16(&dense, m, k, &w[w_row0 * k..(w_row0 + n) * k], n);
+        for i in 0..m {
+            for c in 0..ldy {
+                let v = got[i * ldy + c];
+                if (y_off..y_off + n).contains(&c) {
+                    assert_eq!(
+                        v.to_bits(),
+                        want[i * n + c - y_off].to_bits(),
+                        "{kernel:?} y[{i}, {c}]"
+                    );
+                } else {
+                    assert_eq!(v, sentinel, "{kernel:?} y[{i}, {c}] outside the block");
+                }
+            }
+        }
+    }
+}
+
+/// Weights with low halves (f32 values, infinities) are flagged at upload; bf16 ones are not.
+#[test]
+fn weight_upload_flags_low_halves() {
+    let Some(g) = gpu("gemm_low_halves") else {
+        return;
+    };
+    let subnormal = f32::from_bits(0x0002_0000);
+    let bf = g
+        .upload_weight("bf", &[1.0, -0.5, -0.0, subnormal], 2, 2)
+        .unwrap();
+    assert!(!bf.low_halves);
+    let f = g.upload_weight("f", &[1.0, 0.1, 0.0, 2.0], 2, 2).unwrap();
+    assert!(f.low_halves);
+    let inf = g.upload_weight("inf", &[1.0, f32::INFINITY], 1, 2).unwrap();
+    assert!(inf.low_halves);
 }
 
 #[test]
@@ -298,6 +434,45 @@ fn hc_mixes_pre_and_post_match_the_oracle() {
         bits(&g.read_all(&post).unwrap()),
         bits(&hc::hc_post(&x, &h, &want.post, &want.comb, hcm, d))
     );
+}
+
+/// `hc_mixes` at V4.1-Flash dims (hc = 4, d = 4096: 16384-long reductions), on the same inputs
+/// for both sides, with the filler's weight scales (fn ±1/16, scale 1 ± 0.05, base ±0.1): the
+/// kernel itself stays far inside `F32_TOL`. (The real-dims block example's ffn_pre/post/comb
+/// misses come from their input h1, which inherits the attention output's bf16-ulp flips.)
+#[test]
+fn hc_mixes_at_real_dims_match_the_oracle_on_identical_inputs() {
+    let Some(mut g) = gpu("hc_real_dims") else {
+        return;
+    };
+    let (s, hcm, d) = (3, 4, 4096);
+    let mix = (2 + hcm) * hcm;
+    let h = rand(31, s * hcm * d, 1.0, true);
+    let fnw = rand(32, mix * hcm * d, 0.0625, false);
+    let scale: Vec<f32> = rand(33, 3, 0.05, false).iter().map(|v| 1.0 + v).collect();
+    let base = rand(34, mix, 0.1, false);
+    let ht = g.upload("h", &h).unwrap();
+    let fnt = g.upload_weight("fn", &fnw, mix, hcm * d).unwrap();
+    let sbt = g
+        .upload("sb", &[scale.clone(), base.clone()].concat())
+        .unwrap();
+    let c = ghc::MixConsts {
+        norm_eps: 1e-20,
+        hc_eps: 1e-6,
+        iters: 20,
+    };
+    let m = ghc::hc_mixes(&mut g, &ht, s, hcm, d, &fnt, &sbt, c).unwrap();
+    let got = g.read_all(&m.t).unwrap();
+    let want = hc::hc_mixes(&h, hcm, d, &fnw, &scale, &base, 1e-20, 1e-6, 20);
+    let errs = [
+        max_abs(&got[..s * hcm], &want.pre),
+        max_abs(&got[s * hcm..2 * s * hcm], &want.post),
+        max_abs(&got[2 * s * hcm..], &want.comb),
+    ];
+    eprintln!("hc_mixes real dims: max |gpu - oracle| pre/post/comb = {errs:?}");
+    for e in errs {
+        assert!(e <= 1e-5, "{errs:?}");
+    }
 }
 
 #[test]

@@ -83,6 +83,11 @@ pub struct WeightTensor {
     pub cols: usize,
     /// `(first row, row count, data)` per chunk.
     pub chunks: Vec<(usize, usize, Tensor)>,
+    /// Whether some value has a nonzero low half in the GEMM's exact-product split (low 12
+    /// mantissa bits set) or is not finite. False for bf16 weights, which lets the GEMM use its
+    /// entry points without the low-half products (same bits). Set at upload; the chunks must
+    /// not be overwritten with other values afterwards.
+    pub low_halves: bool,
 }
 
 impl WeightTensor {
@@ -253,7 +258,15 @@ impl Gpu {
             chunks.push((r0, n, t));
             r0 += n;
         }
-        Ok(WeightTensor { rows, cols, chunks })
+        let low_halves = data
+            .iter()
+            .any(|v| !v.is_finite() || v.to_bits() & 0xfff != 0);
+        Ok(WeightTensor {
+            rows,
+            cols,
+            chunks,
+            low_halves,
+        })
     }
 
     fn family_layout(
