@@ -12,63 +12,21 @@ use golden_lens::session::controller::{BackendCapture, CaptureResult};
 use golden_lens::ui::views::ReferenceChoice;
 use golden_lens::ui::{AppOptions, GoldenLensApp, UiCommand};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long a full run of the tiny golden may take in the test profile (it takes seconds; the
-/// bound only keeps a hung worker from hanging CI).
-const RUN_TIMEOUT: Duration = Duration::from_secs(600);
-/// How long loading a small file may take.
-const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
-/// Window size of the tests (also the snapshots' size).
-const SIZE_PT: [f32; 2] = [1600.0, 1000.0];
+mod ui_common;
+use ui_common::*;
+
 /// Frame budget for a steady frame in the test profile (debug build of our code at opt-level 1);
 /// the release window meets 16 ms, this bound catches a frame that rebuilds a texture every time.
 const STEADY_FRAME_BUDGET_SECS: f64 = 0.25;
 /// Budget of the one frame that slices and downsamples the 64×512 capture and uploads it.
 const FIRST_FRAME_BUDGET_SECS: f64 = 2.0;
 
-fn harness(options: AppOptions) -> Harness<'static, GoldenLensApp> {
-    Harness::builder()
-        .with_size(SIZE_PT)
-        .with_max_steps(16)
-        .build_eframe(move |cc| GoldenLensApp::new(&cc.egui_ctx, options))
-}
-
 fn test_options() -> AppOptions {
     let mut o = AppOptions::cpu_only();
     o.show_frame_time = false;
     o
-}
-
-/// Step the harness until `done` holds, sleeping between frames so worker threads progress.
-fn wait_until(
-    h: &mut Harness<'static, GoldenLensApp>,
-    what: &str,
-    timeout: Duration,
-    done: impl Fn(&Harness<'static, GoldenLensApp>) -> bool,
-) {
-    let start = Instant::now();
-    loop {
-        h.step();
-        if done(h) {
-            // Let the layout settle (lists and plots size themselves over a frame or two).
-            h.step();
-            h.step();
-            return;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn run_all(h: &mut Harness<'static, GoldenLensApp>) {
-    h.get_by_label("Run all").click();
-    wait_until(h, "the run to finish", RUN_TIMEOUT, |h| {
-        h.query_by_label("Status: finished").is_some()
-    });
 }
 
 fn type_into(h: &mut Harness<'static, GoldenLensApp>, label: &str, text: &str) {
@@ -181,10 +139,13 @@ fn export_failing_captures_loads_back_as_a_golden() {
     let mut h = harness(test_options());
     type_into(&mut h, "Path:", &planted.display().to_string());
     h.get_by_label("Open path").click();
+    // The toolbar names the opened golden (the path field holds the name from the start), and
+    // the new session's worker has reported: otherwise `Run all` could go to the embedded
+    // golden's session just before the planted one replaces it.
+    let opened = format!("Golden: {}", planted.display());
     wait_until(&mut h, "the planted golden", LOAD_TIMEOUT, |h| {
-        h.query_all_by_label_contains("planted.json")
-            .next()
-            .is_some()
+        h.query_by_label(&opened).is_some()
+            && h.state().progress().steps_total > 0
             && h.query_by_label_contains("Status: ready").is_some()
     });
     run_all(&mut h);
@@ -253,8 +214,11 @@ fn large_result(order: usize) -> CaptureResult {
 #[test]
 fn real_dims_capture_shows_through_a_downsampled_texture_without_stalling() {
     let mut h = harness(test_options());
+    // Wait for the worker's first progress report too: it follows the worker's `Cleared`, which
+    // would otherwise race with (and drop) the injected result on a loaded machine.
     wait_until(&mut h, "the embedded golden", LOAD_TIMEOUT, |h| {
         h.query_by_label_contains("Golden: <embedded").is_some()
+            && h.state().progress().steps_total > 0
     });
     h.state_mut().inject_results(vec![large_result(0)]);
     h.state_mut().handle(UiCommand::SetTestSide {

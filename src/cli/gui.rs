@@ -98,7 +98,9 @@ fn backends(
 ) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
     use golden_lens::session::controller::BoxedBackend;
     let (cfg, tables, weights) = model_and_weights(g, gguf)?;
-    let oracle = golden_lens::oracle::Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+    let mut oracle = golden_lens::oracle::Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+    // The reference's own scores let the app triage every top-k disagreement.
+    oracle.diagnostics = true;
     let mut out = vec![Box::new(oracle) as BoxedBackend];
     #[cfg(feature = "gpu")]
     if with_gpu {

@@ -1,14 +1,18 @@
 //! A background runner for the app: it owns the backends on a worker thread, runs them step by
 //! step over a golden's regimes (chained or isolated), compares every capture with the golden and
-//! with the first backend, and streams results, progress and errors back over a channel. The UI
-//! thread only sends requests and drains events, so it never blocks on a forward.
+//! with the first backend (triaging every top-k disagreement of an index capture), and streams
+//! results, progress and errors back over a channel. The UI thread only sends requests and drains
+//! events, so it never blocks on a forward. [`run_localize`] is the app's localisation job.
 
-use super::{regime_inputs, GoldenSeeds, Mode};
+use super::localize::{is_step_input, Counterfactual, Localization, RecordedRun};
+use super::triage::{TopkTriage, TriageState};
+use super::{model_of, regime_inputs, GoldenSeeds, Mode, SessionError};
 use crate::golden::compare::{compare_full, compare_with_golden, Comparison, Values};
-use crate::golden::names::{capture_kind, CaptureKind};
+use crate::golden::names::{capture_kind, parse_capture_name, CaptureKind};
 use crate::golden::policy::{policy_for_capture, strict_policy_for_capture};
 use crate::golden::Golden;
-use crate::model::{Backend, Capture, CaptureValues, Step};
+use crate::model::{Backend, Capture, CaptureValues, ModelConfig, Step};
+use crate::oracle::faults::{Fault, FaultPlan};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
@@ -57,6 +61,49 @@ pub struct CrossComparison {
     /// The backend taken as reference (the first backend, the CPU oracle).
     pub reference: String,
     pub cmp: Comparison,
+    /// Top-k triage of an index capture (`sa_topk_idxs`, `shared.L*.topk_idxs`, `moe_indices`)
+    /// against the reference; None for every other capture.
+    pub triage: Option<CaptureTriage>,
+}
+
+/// The top-k triage of one index capture, and whether the reference's scores were known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaptureTriage {
+    pub triage: TopkTriage,
+    /// The reference backend emitted the scores this capture's top-k ran on (`diag.L*.index_score`
+    /// or `diag.L*.gate_biased`); without them every differing row counts as real and its gap is
+    /// unknown.
+    pub scores_known: bool,
+}
+
+/// Tie flips, near ties and real disagreements summed over many index captures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TriageTotals {
+    /// Index captures triaged.
+    pub captures: usize,
+    /// Rows compared and rows whose selected sets differ.
+    pub rows: usize,
+    pub rows_differing: usize,
+    pub tie_flips: usize,
+    pub near_ties: usize,
+    pub real: usize,
+    /// Differing rows triaged without reference scores (counted as real above).
+    pub unscored_rows: usize,
+}
+
+impl TriageTotals {
+    /// Add one capture's triage.
+    pub fn add(&mut self, t: &CaptureTriage) {
+        self.captures += 1;
+        self.rows += t.triage.rows;
+        self.rows_differing += t.triage.rows_differing;
+        self.tie_flips += t.triage.tie_flips;
+        self.near_ties += t.triage.near_ties;
+        self.real += t.triage.real;
+        if !t.scores_known {
+            self.unscored_rows += t.triage.rows_differing;
+        }
+    }
 }
 
 /// Everything known about one capture after its step ran on every backend.
@@ -94,6 +141,12 @@ impl CaptureResult {
             out.push((format!("{} vs {}", x.test, x.reference), &x.cmp));
         }
         out
+    }
+    /// The top-k triage of this capture against the reference, per test backend.
+    pub fn triages(&self) -> impl Iterator<Item = (&CrossComparison, &CaptureTriage)> {
+        self.cross
+            .iter()
+            .filter_map(|x| x.triage.as_ref().map(|t| (x, t)))
     }
     /// False when any comparison failed.
     pub fn pass(&self) -> bool {
@@ -268,6 +321,13 @@ struct Worker {
     steps_total: usize,
     produced: std::collections::HashSet<String>,
     failed: bool,
+    /// The golden's model config (top-k triage needs the expert count and window size).
+    cfg: Option<ModelConfig>,
+    /// One top-k triage walk per backend after the first (against the first).
+    triage: Vec<TriageState>,
+    /// The reference emitted diagnostic captures (the scores its top-k ran on) in the current
+    /// forward: it runs with diagnostics on.
+    diagnostics_seen: bool,
 }
 
 impl Worker {
@@ -301,6 +361,9 @@ impl Worker {
             steps_total,
             produced: Default::default(),
             failed: false,
+            cfg: None,
+            triage: Vec::new(),
+            diagnostics_seen: false,
         }
     }
 
@@ -332,7 +395,13 @@ impl Worker {
         self.failed = false;
         self.produced.clear();
         self.backends.clear();
+        self.triage.clear();
         self.emit(Event::Cleared);
+        if self.cfg.is_none() {
+            // After `Cleared`, so the UI hears about the reset first (the golden never changes
+            // under a worker, so once is enough).
+            self.cfg = model_of(&self.golden).ok().map(|(cfg, _)| cfg);
+        }
         match regime_inputs(&self.golden) {
             Ok(i) => self.inputs = i,
             Err(e) => {
@@ -345,6 +414,7 @@ impl Worker {
         match (self.factory)() {
             Ok(b) if !b.is_empty() => {
                 self.emit(Event::Backends(b.iter().map(|b| b.name()).collect()));
+                self.triage = (1..b.len()).map(|_| TriageState::default()).collect();
                 self.backends = b;
             }
             Ok(_) => {
@@ -424,6 +494,10 @@ impl Worker {
             self.step = 0;
             self.begun = true;
             self.produced.clear();
+            for t in &mut self.triage {
+                t.begin();
+            }
+            self.diagnostics_seen = false;
         }
         let Some(&step) = self.steps.get(self.step) else {
             self.end_regime();
@@ -519,12 +593,13 @@ impl Worker {
         step: Step,
         per_backend: Vec<(String, Vec<Capture>)>,
     ) -> Vec<CaptureResult> {
+        let triage = self.triage_step(&per_backend);
         let regime = &self.golden.regimes[self.regime];
         let Some((_, first_caps)) = per_backend.first() else {
             return Vec::new();
         };
         let mut results = Vec::new();
-        for cap in first_caps {
+        for cap in first_caps.iter().filter(|c| !c.is_diagnostic()) {
             self.produced.insert(cap.name.clone());
             let golden = regime.get(&cap.name);
             let is_int = golden.map_or(matches!(cap.values, CaptureValues::I64(_)), |g| g.is_int());
@@ -534,32 +609,37 @@ impl Worker {
                 policy_for_capture(&cap.name, is_int)
             };
             let mut sides = Vec::new();
-            for (bname, caps) in &per_backend {
+            let mut cross = Vec::new();
+            for (bi, (bname, caps)) in per_backend.iter().enumerate() {
                 let Some(c) = caps.iter().find(|c| c.name == cap.name) else {
                     continue;
                 };
                 let vs_golden =
                     golden.map(|g| compare_with_golden(values_of(&c.values), &c.shape, g, &policy));
+                if bi > 0 {
+                    // The first backend emitted `cap`, so it is `sides[0]`; backend `bi`'s triage
+                    // walk is `bi - 1`.
+                    cross.push(CrossComparison {
+                        test: bname.clone(),
+                        reference: per_backend[0].0.clone(),
+                        cmp: compare_full(
+                            values_of(&c.values),
+                            values_of(&cap.values),
+                            &cap.shape,
+                            &policy,
+                        ),
+                        triage: triage
+                            .get(bi - 1)
+                            .and_then(|ts| ts.iter().find(|t| t.triage.capture == cap.name))
+                            .cloned(),
+                    });
+                }
                 sides.push(BackendCapture {
                     backend: bname.clone(),
                     values: Arc::new(c.values.clone()),
                     vs_golden,
                 });
             }
-            let cross = sides
-                .iter()
-                .skip(1)
-                .map(|t| CrossComparison {
-                    test: t.backend.clone(),
-                    reference: sides[0].backend.clone(),
-                    cmp: compare_full(
-                        values_of(&t.values),
-                        values_of(&sides[0].values),
-                        &cap.shape,
-                        &policy,
-                    ),
-                })
-                .collect();
             results.push(CaptureResult {
                 order: self.order,
                 regime_index: self.regime,
@@ -577,11 +657,183 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Top-k triage of this step's index captures, per backend after the first, against the
+    /// first (whose diagnostic captures carry the scores).
+    fn triage_step(&mut self, per_backend: &[(String, Vec<Capture>)]) -> Vec<Vec<CaptureTriage>> {
+        let (Some(cfg), Some((_, reference))) = (&self.cfg, per_backend.first()) else {
+            return Vec::new();
+        };
+        let start = self.inputs.get(self.regime).map_or(0, |i| i.2);
+        self.diagnostics_seen |= reference.iter().any(Capture::is_diagnostic);
+        let mut out = Vec::new();
+        for (state, (_, test)) in self.triage.iter_mut().zip(per_backend.iter().skip(1)) {
+            let upstream = upstream_rel_err(reference, test);
+            let step = state.step(cfg, start, reference, test, upstream);
+            out.push(
+                step.into_iter()
+                    .map(|t| {
+                        let parsed = parse_capture_name(&t.capture);
+                        let scores_known = if parsed.base == "moe_indices" {
+                            let want = format!("diag.L{}.gate_biased", parsed.layer.unwrap_or(0));
+                            parsed.layer.is_some() && reference.iter().any(|c| c.name == want)
+                        } else {
+                            self.diagnostics_seen
+                        };
+                        CaptureTriage {
+                            triage: t,
+                            scores_known,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        out
+    }
+}
+
+/// The worst relative error of a step's float input captures (`h_in`, `pre_mix_in`, ...) of
+/// `test` against `reference`: `max |t - r| / max |r|`, 0 when there are none. Top-k triage
+/// widens its near-tie bound by it.
+pub fn upstream_rel_err(reference: &[Capture], test: &[Capture]) -> f32 {
+    let mut worst = 0f32;
+    for t in test.iter().filter(|c| is_step_input(&c.name)) {
+        let Some(r) = reference.iter().find(|r| r.name == t.name) else {
+            continue;
+        };
+        let (CaptureValues::F32(tv), CaptureValues::F32(rv)) = (&t.values, &r.values) else {
+            continue;
+        };
+        if tv.len() != rv.len() {
+            continue;
+        }
+        let scale = rv.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = tv
+            .iter()
+            .zip(rv)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        if scale > 0.0 && err.is_finite() {
+            worst = worst.max(err / scale);
+        }
+    }
+    worst
+}
+
 fn values_of(v: &CaptureValues) -> Values<'_> {
     match v {
         CaptureValues::F32(v) => Values::F32(v),
         CaptureValues::I64(v) => Values::I64(v),
     }
+}
+
+/// What the app's localisation runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LocalizeRequest {
+    /// Faults (`KIND@CAPTURE`, e.g. `bitflip@L2.attn_out`) to plant into a CPU oracle used as the
+    /// test backend instead of the app's own; empty: the app's test backend.
+    pub plant: Vec<String>,
+    /// Judge local error with the Atlas bars instead of the strict (bf16 bit-exact) policies.
+    pub atlas: bool,
+    /// Also run the counterfactual with the reference's selections pinned from this layer on.
+    pub pin_from: Option<usize>,
+}
+
+/// A finished localisation.
+#[derive(Debug, Clone)]
+pub struct LocalizeOutcome {
+    /// What the reference and the test backend were (`cpu oracle`, `gpu`, `cpu oracle with …`).
+    pub reference: String,
+    pub test: String,
+    pub localization: Localization,
+    pub counterfactual: Option<Counterfactual>,
+}
+
+/// Localise the error of a test backend against the oracle over every regime of `golden` (the
+/// app runs this on a worker thread). `factory` builds the app's backends, the oracle first:
+/// without planted faults the test backend is the last one it builds (the GPU backend when the
+/// app has one, else a second oracle, which localises nothing). With `request.plant`, reference
+/// and test are CPU oracles on the golden's own weights, the test one with those faults.
+pub fn run_localize(
+    golden: &Golden,
+    factory: &dyn Fn() -> Result<Vec<BoxedBackend>, String>,
+    request: &LocalizeRequest,
+) -> Result<LocalizeOutcome, String> {
+    let faults: Vec<Fault> = request
+        .plant
+        .iter()
+        .map(|p| {
+            Fault::parse(p.trim()).ok_or_else(|| {
+                format!(
+                    "planted fault `{p}`: expected KIND@CAPTURE (kinds: bitflip, perturb[=d], \
+                     dropped-workgroup, stale-buffer, rope-sign, window-off-by-one, tie-order), \
+                     e.g. bitflip@L2.attn_out"
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(layer) = request.pin_from {
+        let n_layers = golden.fixture.n_layers;
+        if layer >= n_layers {
+            return Err(format!(
+                "pin from layer {layer}: the model has layers 0..={}",
+                n_layers.saturating_sub(1)
+            ));
+        }
+    }
+    let planted = !faults.is_empty();
+    let (recorded, reference_name) = if planted {
+        let mut oracle = super::oracle_for(golden).map_err(|e| e.to_string())?;
+        let recorded = RecordedRun::record(golden, &mut oracle).map_err(|e| e.to_string())?;
+        (recorded, "cpu oracle".to_string())
+    } else {
+        let mut backends = factory()?;
+        let Some(first) = backends.first_mut() else {
+            return Err("no backend to run".into());
+        };
+        let name = first.name();
+        let recorded = RecordedRun::record(golden, first.as_mut()).map_err(|e| e.to_string())?;
+        (recorded, name)
+    };
+    let mut test_name = String::new();
+    let mut make = || -> Result<Box<dyn Backend>, SessionError> {
+        if planted {
+            let mut o = super::oracle_for(golden)?;
+            o.faults = FaultPlan::new(faults.clone());
+            test_name = format!("cpu oracle with {}", request.plant.join(", "));
+            return Ok(Box::new(o));
+        }
+        let mut backends = factory().map_err(|msg| SessionError::Golden {
+            source_path: golden.source.display().to_string(),
+            msg: format!("building the test backend: {msg}"),
+        })?;
+        let Some(test) = backends.pop() else {
+            return Err(SessionError::Golden {
+                source_path: golden.source.display().to_string(),
+                msg: "no backend to run".into(),
+            });
+        };
+        test_name = if backends.is_empty() {
+            format!("{} (the reference itself: no other backend)", test.name())
+        } else {
+            test.name()
+        };
+        Ok(test)
+    };
+    let localization = super::localize::localize(golden, &recorded, &mut make, !request.atlas)
+        .map_err(|e| e.to_string())?;
+    let counterfactual = match request.pin_from {
+        Some(layer) => Some(
+            super::localize::counterfactual(golden, &recorded, &mut make, layer)
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    Ok(LocalizeOutcome {
+        reference: reference_name,
+        test: test_name,
+        localization,
+        counterfactual,
+    })
 }
 
 /// The step-local first divergence: the first capture (in execution order) whose comparison
@@ -733,6 +985,32 @@ mod tests {
         assert!(cancelled);
         assert!(!p.finished);
         assert!(p.steps_done < p.steps_total);
+    }
+
+    #[test]
+    fn run_localize_rejects_a_bad_fault_spec_and_a_layer_out_of_range() {
+        let golden = default_golden().expect("embedded golden");
+        let g = golden.clone();
+        let factory = move || -> Result<Vec<BoxedBackend>, String> {
+            super::super::oracle_for(&g)
+                .map(|o| vec![Box::new(o) as BoxedBackend])
+                .map_err(|e| e.to_string())
+        };
+        let bad = LocalizeRequest {
+            plant: vec!["flip@L2".into()],
+            ..Default::default()
+        };
+        let e = run_localize(&golden, &factory, &bad).expect_err("bad spec");
+        assert!(e.contains("planted fault `flip@L2`"), "{e}");
+        let far = LocalizeRequest {
+            pin_from: Some(golden.fixture.n_layers),
+            ..Default::default()
+        };
+        let e = run_localize(&golden, &factory, &far).expect_err("layer out of range");
+        assert!(e.starts_with("pin from layer"), "{e}");
+        let none = || -> Result<Vec<BoxedBackend>, String> { Ok(Vec::new()) };
+        let e = run_localize(&golden, &none, &LocalizeRequest::default()).expect_err("no backend");
+        assert_eq!(e, "no backend to run");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::theme;
 use super::views::ViewState;
 use crate::golden::Golden;
 use crate::session::controller::{
-    BackendFactory, BoxedBackend, CaptureResult, Controller, Event, Progress, Request,
+    BackendFactory, BoxedBackend, CaptureResult, Controller, Event, Progress, Request, TriageTotals,
 };
 use crate::session::export::{self, Provenance};
 use crate::session::Mode;
@@ -131,6 +131,8 @@ pub struct GoldenLensApp {
     pub(crate) frame_secs: std::collections::VecDeque<f64>,
     /// The self-test window: None while hidden; `Some(None)` while running.
     pub(crate) selftest: Option<Option<Result<Vec<crate::session::selftest::SelftestRow>, String>>>,
+    /// The Localize window's settings and last result.
+    pub(crate) localize: panels::localize::LocalizeState,
 }
 
 /// How many recent frame durations are kept for the frame-time readout.
@@ -168,6 +170,7 @@ impl GoldenLensApp {
             ctx: Some(ctx.clone()),
             frame_secs: Default::default(),
             selftest: None,
+            localize: Default::default(),
         };
         match &options.golden {
             Some(p) => app.handle(UiCommand::OpenGolden(p.clone())),
@@ -221,9 +224,22 @@ impl GoldenLensApp {
     pub fn inject_results(&mut self, results: Vec<CaptureResult>) {
         self.results.extend(results);
     }
-    /// True while a request runs or a file loads.
+    /// True while a request runs, a file loads or a localisation runs.
     pub fn busy(&self) -> bool {
-        self.progress.busy || self.loading.is_some()
+        self.progress.busy || self.loading.is_some() || self.localize.running
+    }
+    /// The Localize window's state and last result.
+    pub fn localize_state(&self) -> &panels::localize::LocalizeState {
+        &self.localize
+    }
+    /// Top-k triage summed over every index capture so far (every test backend against the
+    /// first backend).
+    pub fn triage_totals(&self) -> TriageTotals {
+        let mut t = TriageTotals::default();
+        for (_, x) in self.results.iter().flat_map(CaptureResult::triages) {
+            t.add(x);
+        }
+        t
     }
 
     /// `(passed, failed)` captures so far; a capture the golden holds but no backend produced
@@ -290,6 +306,33 @@ impl GoldenLensApp {
                 }
             }
             UiCommand::CloseSelftest => self.selftest = None,
+            UiCommand::OpenLocalize => {
+                self.localize.open = true;
+                if self.localize.result.is_none() && !self.localize.running {
+                    self.handle(UiCommand::RunLocalize(self.localize.request()));
+                }
+            }
+            UiCommand::RunLocalize(request) => match &self.golden {
+                Some(g) => {
+                    self.localize.open = true;
+                    self.localize.generation += 1;
+                    self.localize.running = true;
+                    self.localize.result = None;
+                    files::run_localize_async(
+                        g.golden.clone(),
+                        self.options.backends.clone(),
+                        request,
+                        self.localize.generation,
+                        self.jobs_tx.clone(),
+                        self.ctx.clone(),
+                    );
+                }
+                None => self
+                    .errors
+                    .push("localize: no golden is loaded: open one first".into()),
+            },
+            UiCommand::CloseLocalize => self.localize.open = false,
+            UiCommand::SelectCaptureLabel(label) => self.select_label(label),
             UiCommand::Cancel => {
                 if let Some(c) = &self.controller {
                     c.cancel();
@@ -323,6 +366,10 @@ impl GoldenLensApp {
         self.selected = None;
         self.views = ViewState::default();
         self.progress = Progress::default();
+        // A localisation of the previous golden no longer applies; one in flight is dropped.
+        self.localize.generation += 1;
+        self.localize.running = false;
+        self.localize.result = None;
         let maker = self.options.backends.clone();
         let g = golden.golden.clone();
         let factory: BackendFactory = Box::new(move || maker(&g));
@@ -398,6 +445,31 @@ impl GoldenLensApp {
                 self.notice = Some(format!("exported {label} to {}", path.display()));
             }
             Err(e) => self.errors.push(format!("export .npy failed: {e}")),
+        }
+    }
+
+    /// Select the capture labelled `regime/name`, or, when it has not run yet, run until it has
+    /// and select it then.
+    fn select_label(&mut self, label: String) {
+        if let Some(i) = self.results.iter().position(|r| r.label() == label) {
+            self.handle(UiCommand::SelectCapture(i));
+            return;
+        }
+        let Some(c) = &self.controller else {
+            self.errors
+                .push(format!("select {label}: no golden is loaded"));
+            return;
+        };
+        if self.progress.finished {
+            self.errors
+                .push(format!("select {label}: the run has no such capture"));
+            return;
+        }
+        self.notice = Some(format!("running until {label} is available"));
+        self.options.select_on_start = Some(label);
+        if !self.progress.busy {
+            self.progress.busy = true;
+            c.send(Request::RunAll);
         }
     }
 
@@ -477,6 +549,12 @@ impl GoldenLensApp {
                 }
                 FileJob::DialogFailed(msg) => self.errors.push(msg),
                 FileJob::Selftest(result) => self.selftest = Some(Some(result)),
+                FileJob::Localize { generation, result } => {
+                    if generation == self.localize.generation {
+                        self.localize.running = false;
+                        self.localize.result = Some(result);
+                    }
+                }
             }
         }
     }
@@ -508,6 +586,7 @@ impl GoldenLensApp {
             panels::detail::detail_ui(ui, self);
         });
         panels::selftest::selftest_ui(ui, self);
+        panels::localize::localize_ui(ui, self);
 
         for cmd in std::mem::take(&mut self.commands) {
             self.handle(cmd);

@@ -1,7 +1,7 @@
 //! Everything the UI can ask for, as data. Panels push these; `GoldenLensApp::handle` is the one
 //! place that applies them (Rerun's `UICommand` habit), so behaviour is testable without clicks.
 
-use crate::session::controller::Request;
+use crate::session::controller::{LocalizeRequest, Request};
 use std::path::PathBuf;
 
 /// Which file a dialog or path field is for.
@@ -84,4 +84,13 @@ pub enum UiCommand {
     RunSelftest,
     /// Hide the self-test window.
     CloseSelftest,
+    /// Show the Localize window (running a localisation when it has no result yet).
+    OpenLocalize,
+    /// Run a localisation off the UI thread (replacing the window's result when it finishes).
+    RunLocalize(LocalizeRequest),
+    /// Hide the Localize window.
+    CloseLocalize,
+    /// Select a capture by its `regime/name` label; when it has not run yet, run until it has
+    /// and select it then.
+    SelectCaptureLabel(String),
 }

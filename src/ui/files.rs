@@ -29,6 +29,29 @@ pub enum FileJob {
     DialogFailed(String),
     /// The self-test table, or why it could not run.
     Selftest(Result<Vec<crate::session::selftest::SelftestRow>, String>),
+    /// A localisation of run `generation`, or why it could not run.
+    Localize {
+        generation: u64,
+        result: Result<crate::session::controller::LocalizeOutcome, String>,
+    },
+}
+
+/// Run a localisation (the session's [`crate::session::controller::run_localize`]) over
+/// `golden` with the app's backends on a worker thread and report a [`FileJob::Localize`].
+pub fn run_localize_async(
+    golden: Arc<Golden>,
+    backends: crate::ui::app::BackendMaker,
+    request: crate::session::controller::LocalizeRequest,
+    generation: u64,
+    tx: Sender<FileJob>,
+    ctx: Option<egui::Context>,
+) {
+    spawn("localize", move || {
+        let factory = || backends(&golden);
+        let result = crate::session::controller::run_localize(&golden, &factory, &request);
+        let _ = tx.send(FileJob::Localize { generation, result });
+        wake(&ctx);
+    });
 }
 
 /// Run the self-test (oracle fault plantings, and the GPU injections when `with_gpu`) on a

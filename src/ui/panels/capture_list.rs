@@ -1,6 +1,6 @@
 //! The capture list: grouped by regime and layer, filtered by name and failing-only, with shape,
-//! kind, worst error, tolerance, ratio and a verdict per comparison. Only visible rows are laid
-//! out, so thousands of captures stay cheap.
+//! kind, worst error, tolerance, ratio and a verdict per comparison (plus the top-k triage counts
+//! of index captures). Only visible rows are laid out, so thousands of captures stay cheap.
 
 use crate::session::controller::CaptureResult;
 use crate::ui::app::GoldenLensApp;
@@ -54,6 +54,33 @@ pub fn verdicts(r: &CaptureResult) -> String {
         .map(|(name, c)| format!("{name}: {}", if c.pass { "pass" } else { "FAIL" }))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The top-k triage counts of an index capture, compact (the list is narrow): `top-k Δ1/12:
+/// 1 tie flip, 0 near tie, 0 real`, the test backend named when there are several; None for
+/// captures without triage.
+pub fn triage_counts(r: &CaptureResult) -> Option<String> {
+    let several = r.triages().count() > 1;
+    let parts: Vec<String> = r
+        .triages()
+        .map(|(x, t)| {
+            let t = &t.triage;
+            format!(
+                "top-k{} Δ{}/{}: {} tie flip, {} near tie, {} real",
+                if several {
+                    format!(" {}", x.test)
+                } else {
+                    String::new()
+                },
+                t.rows_differing,
+                t.rows,
+                t.tie_flips,
+                t.near_ties,
+                t.real
+            )
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// Draw the list.
@@ -125,6 +152,9 @@ pub fn capture_list_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                             };
                             ui.label(numbers);
                             ui.colored_label(theme::verdict_color(r.pass()), verdicts(r));
+                            if let Some(t) = triage_counts(r) {
+                                ui.label(t);
+                            }
                         });
                     }
                 }

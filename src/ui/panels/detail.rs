@@ -1,7 +1,10 @@
 //! The detail area: the selected capture's metrics for every comparison, its exports, the test
-//! backend and reference choice, the view tabs, and the chosen view.
+//! backend and reference choice, the view tabs, and the chosen view, with an index capture's
+//! top-k triage (every differing row: indices only one side picked, class, score gap, boundary
+//! margin) above it.
 
 use crate::golden::compare::Comparison;
+use crate::session::controller::{CaptureResult, CaptureTriage, CrossComparison};
 use crate::ui::app::GoldenLensApp;
 use crate::ui::commands::{DetailView, FileKind, UiCommand};
 use crate::ui::theme;
@@ -33,6 +36,120 @@ pub fn metric_lines(name: &str, c: &Comparison) -> Vec<String> {
             c.ck_got, c.ck_expected, c.ck_rel_diff, c.ck_rel
         ),
     ]
+}
+
+/// The summary line of one capture's triage (also the label tests read).
+pub fn triage_line(x: &CrossComparison, t: &CaptureTriage) -> String {
+    let tt = &t.triage;
+    format!(
+        "Top-k triage, {} vs {}: rows differing {} of {}; tie flip {}, near tie {}, real {}",
+        x.test, x.reference, tt.rows_differing, tt.rows, tt.tie_flips, tt.near_ties, tt.real
+    )
+}
+
+/// A score gap as the triage table shows it (infinite: a score was unknown).
+fn fmt_gap(v: f32) -> String {
+    if v.is_finite() {
+        format!("{v:.4e}")
+    } else {
+        "unknown".into()
+    }
+}
+
+/// The reference's margin at the k boundary: NaN is the difference of two -inf scores (masked
+/// positions tie at the boundary), +inf a finite k-th score over a masked (k+1)-th.
+fn fmt_margin(v: f32) -> String {
+    if v.is_nan() {
+        "0 (-inf tie)".into()
+    } else if v.is_infinite() {
+        "inf".into()
+    } else {
+        format!("{v:.4e}")
+    }
+}
+
+fn fmt_indices(v: &[i64]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Rows of the per-row disagreement table drawn at most (a real-size capture may differ in
+/// thousands of rows; the counts above cover all of them).
+pub const TRIAGE_ROWS_SHOWN: usize = 200;
+
+/// The triage of the selected index capture: counts, then one row per disagreement with the
+/// indices only one side picked, its class, score gap and the reference's boundary margin.
+fn triage_ui(ui: &mut egui::Ui, r: &CaptureResult) {
+    for (k, (x, t)) in r.triages().enumerate() {
+        let tt = &t.triage;
+        ui.colored_label(
+            if tt.real > 0 {
+                theme::FAIL
+            } else if tt.rows_differing > 0 {
+                theme::WARN
+            } else {
+                theme::PASS
+            },
+            triage_line(x, t),
+        );
+        if !t.scores_known && tt.rows_differing > 0 {
+            ui.colored_label(
+                theme::WARN,
+                "The reference backend emitted no scores for this capture (its diagnostic \
+                 captures are off): differing rows count as real and their gaps are unknown.",
+            );
+        }
+        if tt.details.is_empty() {
+            continue;
+        }
+        egui::ScrollArea::vertical()
+            .id_salt(("triage_scroll", k))
+            .max_height(220.0)
+            .show(ui, |ui| {
+                egui::Grid::new(("triage_grid", k))
+                    .striped(true)
+                    .show(ui, |ui| {
+                        for h in [
+                            "row",
+                            "reference only",
+                            "test only",
+                            "class",
+                            "score gap",
+                            "boundary margin",
+                        ] {
+                            ui.strong(h);
+                        }
+                        ui.end_row();
+                        for d in tt.details.iter().take(TRIAGE_ROWS_SHOWN) {
+                            ui.label(format!("row {}", d.row));
+                            ui.label(fmt_indices(&d.reference_only));
+                            ui.label(fmt_indices(&d.test_only));
+                            let (class, color) = if !t.scores_known {
+                                ("unscored".to_string(), theme::WARN)
+                            } else {
+                                let c = match d.class {
+                                    crate::session::triage::TopkClass::Real => theme::FAIL,
+                                    _ => theme::WARN,
+                                };
+                                (d.class.to_string(), c)
+                            };
+                            ui.colored_label(color, class);
+                            ui.label(fmt_gap(d.score_gap));
+                            ui.label(d.boundary_margin.map_or("-".into(), fmt_margin));
+                            ui.end_row();
+                        }
+                    });
+                if tt.details.len() > TRIAGE_ROWS_SHOWN {
+                    ui.weak(format!(
+                        "… {} more differing rows",
+                        tt.details.len() - TRIAGE_ROWS_SHOWN
+                    ));
+                }
+            });
+    }
 }
 
 /// Draw the detail area.
@@ -131,13 +248,32 @@ pub fn detail_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
     egui::ScrollArea::vertical()
         .id_salt("detail_scroll")
         .auto_shrink([false, false])
-        .show(ui, |ui| match app.view {
-            DetailView::Values => views::values::values_ui(ui, &golden, r, &mut app.views),
-            DetailView::TopK => views::topk::topk_ui(ui, &golden, results, r, &app.views),
-            DetailView::WindowMask => {
-                views::window_mask::window_mask_ui(ui, &golden, results, r, &app.views)
+        .show(ui, |ui| {
+            // An index capture's top-k triage scrolls with the view, above it.
+            if r.triages().next().is_some() {
+                egui::CollapsingHeader::new("Top-k triage")
+                    .default_open(true)
+                    .show(ui, |ui| triage_ui(ui, r));
+                ui.separator();
             }
-            DetailView::HcMix => views::hc_mix::hc_mix_ui(ui, &golden, results, r, &mut app.views),
-            DetailView::Moe => views::moe::moe_ui(ui, &golden, results, r, &app.views),
+            view_ui(ui, app.view, &golden, results, r, &mut app.views)
         });
+}
+
+/// The chosen view of `r`.
+fn view_ui(
+    ui: &mut egui::Ui,
+    view: DetailView,
+    golden: &crate::golden::Golden,
+    results: &[CaptureResult],
+    r: &CaptureResult,
+    state: &mut views::ViewState,
+) {
+    match view {
+        DetailView::Values => views::values::values_ui(ui, golden, r, state),
+        DetailView::TopK => views::topk::topk_ui(ui, golden, results, r, state),
+        DetailView::WindowMask => views::window_mask::window_mask_ui(ui, golden, results, r, state),
+        DetailView::HcMix => views::hc_mix::hc_mix_ui(ui, golden, results, r, state),
+        DetailView::Moe => views::moe::moe_ui(ui, golden, results, r, state),
+    }
 }

@@ -1,7 +1,8 @@
 //! Run controls: run all, step, run to a layer, reset, cancel; chained or isolated mode; strict
-//! policies; progress; the pass/fail summary and the first divergence; exports.
+//! policies; progress; the pass/fail summary and the first divergence; the run's top-k triage
+//! counts; exports; the Self-test and Localize windows.
 
-use crate::session::controller::{first_divergence, Request};
+use crate::session::controller::{first_divergence, Request, TriageTotals};
 use crate::session::Mode;
 use crate::ui::app::GoldenLensApp;
 use crate::ui::commands::{FileKind, UiCommand};
@@ -93,6 +94,16 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
         {
             app.push(UiCommand::RunSelftest);
         }
+        if ui
+            .add_enabled(app.golden.is_some(), egui::Button::new("Localize"))
+            .on_hover_text(
+                "Find where the error is born: each step's input, chained and local error, and \
+                 the first local divergence",
+            )
+            .clicked()
+        {
+            app.push(UiCommand::OpenLocalize);
+        }
     });
     ui.horizontal(|ui| {
         let p = &app.progress;
@@ -147,4 +158,32 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             ));
         }
     });
+    let triage = app.triage_totals();
+    if triage.captures > 0 {
+        ui.colored_label(
+            if triage.real > 0 {
+                theme::FAIL
+            } else if triage.rows_differing > 0 {
+                theme::WARN
+            } else {
+                theme::PASS
+            },
+            triage_summary(&triage),
+        );
+    }
+}
+
+/// The run's top-k triage line (also the label tests read).
+pub fn triage_summary(t: &TriageTotals) -> String {
+    let mut s = format!(
+        "Top-k triage: {} of {} rows differ in {} index captures (tie flip {}, near tie {}, real {})",
+        t.rows_differing, t.rows, t.captures, t.tie_flips, t.near_ties, t.real
+    );
+    if t.unscored_rows > 0 {
+        s.push_str(&format!(
+            "; {} differing rows have no reference scores and count as real",
+            t.unscored_rows
+        ));
+    }
+    s
 }
