@@ -5,32 +5,20 @@
 use golden_lens::golden::Golden;
 use golden_lens::model::Backend;
 use golden_lens::oracle::faults::{Fault, FaultKind, FaultPlan};
-use golden_lens::session::triage::{TopkTriage, TriageState};
-use golden_lens::session::{self};
+use golden_lens::session::triage::TopkTriage;
+use golden_lens::session::{self, multi, CheckOptions};
 use std::path::PathBuf;
 
+/// Every selection of an oracle with `faults` triaged against a clean oracle (with its
+/// diagnostic scores), per regime, through the lockstep run `check --backend` uses.
 fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
-    let cfg = session::model_of(g).expect("model").0;
     let mut reference = session::oracle_for(g).expect("oracle");
     reference.diagnostics = true;
     let mut test = session::oracle_for(g).expect("oracle");
     test.faults = FaultPlan::new(faults);
-    let mut state = TriageState::default();
-    let mut out = Vec::new();
-    for (regime, ids, start) in session::regime_inputs(g).expect("inputs") {
-        reference.begin(&ids, start).expect("begin");
-        test.begin(&ids, start).expect("begin");
-        state.begin_regime(&regime);
-        for step in reference.steps() {
-            let (mut rc, mut tc) = (Vec::new(), Vec::new());
-            reference.run(step, &mut rc).expect("reference step");
-            test.run(step, &mut tc).expect("test step");
-            for t in state.step(&cfg, start, &rc, &tc, 0.0) {
-                out.push((regime.clone(), t));
-            }
-        }
-    }
-    out
+    let mut list: [&mut dyn Backend; 2] = [&mut reference, &mut test];
+    let mut m = multi::run_lockstep(g, &mut list, 0, &CheckOptions::default()).expect("lockstep");
+    m.triage_cross.remove(0).1
 }
 
 fn v3() -> Golden {
