@@ -176,6 +176,7 @@ fn export_failing_captures_loads_back_as_a_golden() {
         serde_json::from_slice(&std::fs::read(&out).expect("read")).expect("json");
     let gl = &raw["golden_lens"];
     assert_eq!(gl["provenance"]["mode"], "chained");
+    assert_eq!(gl["provenance"]["weights"], "golden filler");
     assert_eq!(gl["provenance"]["backends"][0], "cpu");
     assert_eq!(gl["failing"][0]["capture"], "logits_full");
     assert_eq!(gl["failing"][0]["backends"][0]["vs_golden"]["pass"], false);
@@ -197,6 +198,8 @@ fn large_result(order: usize) -> CaptureResult {
         backend: name.into(),
         values: Arc::new(CaptureValues::F32(v)),
         vs_golden: None,
+        budget: None,
+        violations: Vec::new(),
     };
     CaptureResult {
         order,

@@ -8,78 +8,14 @@
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use golden_lens::golden::Golden;
-use golden_lens::model::{Backend, BackendError, Capture, Pins, SeedTensors, Step};
+use golden_lens::model::{Backend, Step};
 use golden_lens::oracle::faults::{Fault, FaultKind, FaultPlan};
-use golden_lens::session::controller::BoxedBackend;
 use golden_lens::session::triage::{TopkClass, TopkTriage, TriageState};
 use golden_lens::session::{self};
 use golden_lens::ui::{AppOptions, GoldenLensApp};
-use std::sync::Arc;
 
 mod ui_common;
 use ui_common::*;
-
-/// The test backend under its own name, so the app's labels tell it from the reference oracle.
-struct Renamed<B> {
-    name: &'static str,
-    inner: B,
-}
-
-impl<B: Backend> Backend for Renamed<B> {
-    fn name(&self) -> String {
-        self.name.into()
-    }
-    fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
-        self.inner.begin(ids, start_pos)
-    }
-    fn steps(&self) -> Vec<Step> {
-        self.inner.steps()
-    }
-    fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
-        self.inner.run(step, sink)
-    }
-    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
-        self.inner.pin(pins)
-    }
-    fn seed(
-        &mut self,
-        step: Step,
-        reference: &dyn SeedTensors,
-    ) -> Result<Vec<String>, BackendError> {
-        self.inner.seed(step, reference)
-    }
-}
-
-/// The app with the CPU oracle as reference (emitting its diagnostic scores when `diagnostics`)
-/// and, as its test backend, a second oracle named `cpu-test` with `faults` planted (what the
-/// GPU backend is in the real app).
-fn options(faults: Vec<Fault>, diagnostics: bool) -> AppOptions {
-    let mut o = AppOptions::cpu_only();
-    o.show_frame_time = false;
-    o.backends = Arc::new(move |g: &Golden| {
-        let mut reference = session::oracle_for(g).map_err(|e| e.to_string())?;
-        reference.diagnostics = diagnostics;
-        let mut test = session::oracle_for(g).map_err(|e| e.to_string())?;
-        test.faults = FaultPlan::new(faults.clone());
-        Ok(vec![
-            Box::new(reference) as BoxedBackend,
-            Box::new(Renamed {
-                name: "cpu-test",
-                inner: test,
-            }) as BoxedBackend,
-        ])
-    });
-    o
-}
-
-/// Wait for the embedded golden and the session worker's first report.
-fn wait_ready(h: &mut Harness<'static, GoldenLensApp>) {
-    wait_until(h, "the embedded golden", RUN_TIMEOUT, |h| {
-        h.query_by_label_contains("Golden: <embedded").is_some()
-            && h.state().progress().steps_total > 0
-            && h.query_by_label("Status: ready").is_some()
-    });
-}
 
 /// Open the Localize window (it starts a run) and wait for the result.
 fn open_localize(h: &mut Harness<'static, GoldenLensApp>) {
@@ -107,7 +43,7 @@ fn replace_text(h: &mut Harness<'static, GoldenLensApp>, label: &str, text: &str
 #[test]
 fn localize_names_the_planted_step_and_capture_and_selects_it() {
     let planted = Fault::parse("bitflip@L2.attn_out").expect("fault spec");
-    let mut h = harness(options(vec![planted], false));
+    let mut h = harness(planted_options(vec![planted], false));
     wait_ready(&mut h);
     open_localize(&mut h);
 
@@ -274,7 +210,7 @@ fn tie_order_faults() -> Vec<Fault> {
 
 #[test]
 fn triage_of_a_lowest_index_tie_rule_shows_only_tie_flips() {
-    let mut h = harness(options(tie_order_faults(), true));
+    let mut h = harness(planted_options(tie_order_faults(), true));
     wait_ready(&mut h);
     run_all(&mut h);
 
@@ -353,7 +289,7 @@ fn triage_of_a_lowest_index_tie_rule_shows_only_tie_flips() {
 
 #[test]
 fn triage_without_reference_scores_says_the_rows_are_unscored() {
-    let mut h = harness(options(tie_order_faults(), false));
+    let mut h = harness(planted_options(tie_order_faults(), false));
     wait_ready(&mut h);
     run_all(&mut h);
     let t = h.state().triage_totals();

@@ -430,7 +430,7 @@ fn print_report(
         let budget = report.budget_ratio(r);
         if let Some((b, over)) = &budget {
             budgeted += 1;
-            if *over <= 1.0 {
+            if session::budget::within_budget(*over) {
                 within_budget += 1;
             } else {
                 over_budget.push((r, b.clone(), *over));

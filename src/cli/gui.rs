@@ -9,7 +9,8 @@ pub struct GuiArgs {
     /// The golden to open (default: the embedded golden/ds41_tiny.json).
     #[arg(long)]
     pub golden: Option<PathBuf>,
-    /// A deepseek41 GGUF to open alongside.
+    /// A deepseek41 GGUF to open alongside: the backends run on its weights and metadata
+    /// (the app can switch back to the golden's filler weights).
     #[arg(long)]
     pub gguf: Option<PathBuf>,
     /// Run every regime as soon as the golden is loaded.
@@ -28,8 +29,6 @@ pub struct GuiArgs {
 pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     use golden_lens::ui::{DetailView, GpuStatus};
     let mut options = golden_lens::ui::AppOptions::cpu_only();
-    // Backends run on the GGUF's weights and geometry when one is given, else the golden's filler.
-    let gguf = args.gguf.clone();
     #[cfg(feature = "gpu")]
     let gpu_status = match golden_lens::gpu::GpuContext::new() {
         Ok(ctx) => GpuStatus::Adapter(ctx.adapter.to_string()),
@@ -39,7 +38,9 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     let gpu_status = GpuStatus::NotBuilt;
     let with_gpu = matches!(gpu_status, GpuStatus::Adapter(_));
     options.gpu = gpu_status;
-    options.backends = std::sync::Arc::new(move |g| backends(g, gguf.as_deref(), with_gpu));
+    // The app passes the GGUF it runs on (`--gguf`, or one opened at runtime), or None for the
+    // golden's filler weights.
+    options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, with_gpu));
     options.golden = args.golden;
     options.gguf = args.gguf;
     options.run_on_start = args.run;
@@ -57,37 +58,8 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a run computes with: config, engram tables and weights.
-#[cfg(feature = "gui")]
-type RunModel = (
-    golden_lens::model::ModelConfig,
-    Option<golden_lens::model::EngramTables>,
-    std::sync::Arc<dyn golden_lens::model::WeightSource>,
-);
-
-/// Config, engram tables and weights of a run: the GGUF's when given, else the golden's.
-#[cfg(feature = "gui")]
-fn model_and_weights(
-    g: &golden_lens::golden::Golden,
-    gguf: Option<&std::path::Path>,
-) -> Result<RunModel, String> {
-    use golden_lens::model::{FillerSource, GgufSource};
-    use std::sync::Arc;
-    match gguf {
-        Some(path) => {
-            let (source, model) =
-                GgufSource::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok((model.cfg, model.tables, Arc::new(source)))
-        }
-        None => {
-            let (cfg, tables) = golden_lens::session::model_of(g).map_err(|e| e.to_string())?;
-            let weights = FillerSource::new(g.source.display().to_string(), &g.weights_meta);
-            Ok((cfg, tables, Arc::new(weights)))
-        }
-    }
-}
-
-/// The oracle and, with an adapter, the wgpu backend. GPU selections run on the host with the
+/// The oracle and, with an adapter, the wgpu backend, on the GGUF's weights and metadata when
+/// one is given, else the golden's filler. GPU selections run on the host with the
 /// torch-CPU tie rule, as production ports do, so GPU-vs-golden differences are kernel
 /// differences.
 #[cfg(feature = "gui")]
@@ -97,7 +69,7 @@ fn backends(
     with_gpu: bool,
 ) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
     use golden_lens::session::controller::BoxedBackend;
-    let (cfg, tables, weights) = model_and_weights(g, gguf)?;
+    let (cfg, tables, weights) = golden_lens::session::run_model(g, gguf)?;
     let mut oracle = golden_lens::oracle::Oracle::new(cfg.clone(), weights.clone(), tables.clone());
     // The reference's own scores let the app triage every top-k disagreement.
     oracle.diagnostics = true;

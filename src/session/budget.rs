@@ -85,6 +85,32 @@ pub fn budget_for(cfg: &ModelConfig, name: &str, max_abs: f64) -> Budget {
     }
 }
 
+/// The reference magnitude a capture's budget scales with: the largest |value| the golden holds
+/// for it (its samples; all of it when the capture is stored whole).
+pub fn reference_magnitude(golden: &crate::golden::GoldenCapture) -> f64 {
+    golden
+        .samples_f64()
+        .iter()
+        .fold(0f64, |m, v| m.max(v.abs()))
+}
+
+/// Observed error over budget: `max_abs_err / budget` (0 when both are 0, infinite when only
+/// the budget is; NaN stays NaN, which is never within budget).
+pub fn observed_over_budget(max_abs_err: f64, budget: f64) -> f64 {
+    if budget > 0.0 {
+        max_abs_err / budget
+    } else if max_abs_err == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// True when `observed_over_budget` is at most 1 (a NaN error is not within budget).
+pub fn within_budget(ratio: f64) -> bool {
+    ratio <= 1.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +121,14 @@ mod tests {
         assert_eq!(bf16_ulp(1.5), 1.0 / 128.0);
         assert_eq!(bf16_ulp(0.3), 1.0 / 512.0);
         assert!((gamma(256) - 256.0 / 16_777_216.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn observed_over_budget_edges() {
+        assert_eq!(observed_over_budget(1.0, 4.0), 0.25);
+        assert_eq!(observed_over_budget(0.0, 0.0), 0.0);
+        assert_eq!(observed_over_budget(1.0, 0.0), f64::INFINITY);
+        assert!(!within_budget(observed_over_budget(f64::NAN, 1.0)));
+        assert!(within_budget(1.0) && !within_budget(1.0 + 1e-12));
     }
 }

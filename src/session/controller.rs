@@ -1,9 +1,13 @@
 //! A background runner for the app: it owns the backends on a worker thread, runs them step by
 //! step over a golden's regimes (chained or isolated), compares every capture with the golden and
-//! with the first backend (triaging every top-k disagreement of an index capture), and streams
+//! with the first backend (triaging every top-k disagreement of an index capture), measures each
+//! backend's error against the capture's error budget, checks each backend's own captures
+//! against the graph's invariants (as `golden-lens check` does), and streams
 //! results, progress and errors back over a channel. The UI thread only sends requests and drains
 //! events, so it never blocks on a forward. [`run_localize`] is the app's localisation job.
 
+use super::budget::{budget_for, observed_over_budget, reference_magnitude, within_budget, Budget};
+use super::invariants::{check_step, Violation};
 use super::localize::{is_step_input, Counterfactual, Localization, RecordedRun};
 use super::triage::{TopkTriage, TriageState};
 use super::{model_of, regime_inputs, GoldenSeeds, Mode, SessionError};
@@ -51,6 +55,39 @@ pub struct BackendCapture {
     pub values: Arc<CaptureValues>,
     /// This backend against the golden, when the golden holds the capture.
     pub vs_golden: Option<Comparison>,
+    /// The capture's error budget and this backend's observed error over it (as `check`
+    /// prints them), when the golden holds the capture and the model config is known.
+    pub budget: Option<BudgetCheck>,
+    /// Invariants this backend's own capture violates (as `check` lists them), whatever the
+    /// golden says; empty when none (or when the model config is unknown).
+    pub violations: Vec<Violation>,
+}
+
+/// A backend's error against the golden, measured against the capture's error budget (see
+/// [`super::budget`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetCheck {
+    pub budget: Budget,
+    /// `max_abs_err / budget` (0 when both are 0, infinite when only the budget is 0).
+    pub ratio: f64,
+}
+
+impl BudgetCheck {
+    /// The budget of capture `name` against `golden`, and how much of it `cmp` used.
+    pub fn new(
+        cfg: &ModelConfig,
+        name: &str,
+        golden: &crate::golden::GoldenCapture,
+        cmp: &Comparison,
+    ) -> BudgetCheck {
+        let budget = budget_for(cfg, name, reference_magnitude(golden));
+        let ratio = observed_over_budget(cmp.max_abs_err, budget.abs);
+        BudgetCheck { budget, ratio }
+    }
+    /// At most the budget (a NaN error is not).
+    pub fn within(&self) -> bool {
+        within_budget(self.ratio)
+    }
 }
 
 /// A comparison of one backend against another one (e.g. GPU vs oracle), over full tensors.
@@ -148,6 +185,33 @@ impl CaptureResult {
             .iter()
             .filter_map(|x| x.triage.as_ref().map(|t| (x, t)))
     }
+    /// Every backend's error budget check against the golden, with the backend's name.
+    pub fn budgets(&self) -> impl Iterator<Item = (&str, &BudgetCheck)> {
+        self.per_backend
+            .iter()
+            .filter_map(|b| b.budget.as_ref().map(|c| (b.backend.as_str(), c)))
+    }
+    /// Whether every backend stayed within the capture's error budget; None when no backend has
+    /// a budget here (the golden lacks the capture, or the config is unknown).
+    pub fn within_budget(&self) -> Option<bool> {
+        let mut any = false;
+        let mut all = true;
+        for (_, b) in self.budgets() {
+            any = true;
+            all &= b.within();
+        }
+        any.then_some(all)
+    }
+    /// Every invariant violation of this capture, with the backend that produced it.
+    pub fn violations(&self) -> impl Iterator<Item = (&str, &Violation)> {
+        self.per_backend
+            .iter()
+            .flat_map(|b| b.violations.iter().map(move |v| (b.backend.as_str(), v)))
+    }
+    /// How many invariant violations the backends' captures of this name have.
+    pub fn violation_count(&self) -> usize {
+        self.per_backend.iter().map(|b| b.violations.len()).sum()
+    }
     /// False when any comparison failed.
     pub fn pass(&self) -> bool {
         self.comparisons().iter().all(|(_, c)| c.pass)
@@ -198,6 +262,9 @@ pub enum Event {
         regime: String,
         step: Step,
         results: Vec<CaptureResult>,
+        /// Invariant violations of captures only a later backend produced (so no result holds
+        /// them), with that backend's name; normally empty.
+        other_violations: Vec<(String, Violation)>,
     },
     /// Captures the golden holds that no backend produced in a finished regime.
     Missing {
@@ -537,13 +604,14 @@ impl Worker {
             }
             per_backend.push((name, caps));
         }
-        let results = self.compare_step(&regime_name, step, per_backend);
+        let (results, other_violations) = self.compare_step(&regime_name, step, per_backend);
         self.step += 1;
         self.steps_done += 1;
         self.emit(Event::StepDone {
             regime: regime_name.clone(),
             step,
             results,
+            other_violations,
         });
         let mut p = Progress {
             steps_done: self.steps_done,
@@ -592,11 +660,22 @@ impl Worker {
         regime_name: &str,
         step: Step,
         per_backend: Vec<(String, Vec<Capture>)>,
-    ) -> Vec<CaptureResult> {
+    ) -> (Vec<CaptureResult>, Vec<(String, Violation)>) {
         let triage = self.triage_step(&per_backend);
+        // Each backend's own captures against the graph's invariants, as `check` runs them.
+        let start = self.inputs.get(self.regime).map_or(0, |i| i.2);
+        let mut violations: Vec<Vec<Violation>> = per_backend
+            .iter()
+            .map(|(_, caps)| {
+                self.cfg
+                    .as_ref()
+                    .map(|cfg| check_step(cfg, start, caps))
+                    .unwrap_or_default()
+            })
+            .collect();
         let regime = &self.golden.regimes[self.regime];
         let Some((_, first_caps)) = per_backend.first() else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let mut results = Vec::new();
         for cap in first_caps.iter().filter(|c| !c.is_diagnostic()) {
@@ -616,6 +695,22 @@ impl Worker {
                 };
                 let vs_golden =
                     golden.map(|g| compare_with_golden(values_of(&c.values), &c.shape, g, &policy));
+                let budget = match (&self.cfg, golden, &vs_golden) {
+                    (Some(cfg), Some(g), Some(cmp)) => {
+                        Some(BudgetCheck::new(cfg, &cap.name, g, cmp))
+                    }
+                    _ => None,
+                };
+                let own: Vec<Violation> = match violations.get_mut(bi) {
+                    Some(vs) => {
+                        let (here, rest) = std::mem::take(vs)
+                            .into_iter()
+                            .partition(|v| v.capture == cap.name);
+                        *vs = rest;
+                        here
+                    }
+                    None => Vec::new(),
+                };
                 if bi > 0 {
                     // The first backend emitted `cap`, so it is `sides[0]`; backend `bi`'s triage
                     // walk is `bi - 1`.
@@ -638,6 +733,8 @@ impl Worker {
                     backend: bname.clone(),
                     values: Arc::new(c.values.clone()),
                     vs_golden,
+                    budget,
+                    violations: own,
                 });
             }
             results.push(CaptureResult {
@@ -653,7 +750,12 @@ impl Worker {
             });
             self.order += 1;
         }
-        results
+        let other = per_backend
+            .iter()
+            .zip(violations)
+            .flat_map(|((name, _), vs)| vs.into_iter().map(move |v| (name.clone(), v)))
+            .collect();
+        (results, other)
     }
 }
 
@@ -911,14 +1013,34 @@ mod tests {
         let c = spawn(golden.clone(), Mode::Chained);
         let results = run_all_blocking(&c, RUN_TIMEOUT).expect("run");
         let mut oracle = super::super::oracle_for(&golden).expect("oracle");
-        let report =
-            super::super::run_check(&golden, &mut oracle, &Default::default()).expect("check");
-        let rows: Vec<_> = results.iter().filter_map(CaptureResult::to_row).collect();
+        let opts = super::super::CheckOptions {
+            invariants: Some(super::super::model_of(&golden).expect("config").0),
+            ..Default::default()
+        };
+        let report = super::super::run_check(&golden, &mut oracle, &opts).expect("check");
+        let rows: Vec<_> = results
+            .iter()
+            .filter_map(|r| r.to_row().map(|row| (row, r)))
+            .collect();
         assert_eq!(rows.len(), report.rows.len());
-        for (a, b) in rows.iter().zip(&report.rows) {
+        for ((a, r), b) in rows.iter().zip(&report.rows) {
             assert_eq!((&a.regime, &a.name, a.step), (&b.regime, &b.name, b.step));
             assert_eq!(a.cmp, b.cmp, "{}", a.name);
+            // The same budget and observed/budget as `check` prints.
+            let (budget, over) = report.budget_ratio(b).expect("a budget");
+            let mine = r.per_backend[0].budget.as_ref().expect("a budget");
+            assert_eq!((&mine.budget, mine.ratio), (&budget, over), "{}", a.name);
+            assert!(mine.within(), "{}", a.name);
         }
+        // The same invariant violations as `check` (none on the oracle).
+        assert_eq!(
+            results
+                .iter()
+                .map(CaptureResult::violation_count)
+                .sum::<usize>(),
+            report.violations.len()
+        );
+        assert!(report.violations.is_empty());
         assert_eq!(results.len(), golden.capture_count());
         assert!(results.iter().all(CaptureResult::pass));
         assert!(first_divergence(&results).is_none());

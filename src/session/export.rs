@@ -40,6 +40,8 @@ pub struct Provenance {
     pub mode: Mode,
     /// The strict (bf16 bit-exact) policies were used.
     pub strict: bool,
+    /// The GGUF whose weights the backends ran on; None: the golden's filler weights.
+    pub weights: Option<String>,
 }
 
 /// fnv1a64 of arbitrary bytes as 16 hex digits (the golden's identity in provenance).
@@ -182,6 +184,7 @@ pub fn failing_captures_json(
                 "adapter": provenance.adapter,
                 "mode": provenance.mode.label(),
                 "strict": provenance.strict,
+                "weights": provenance.weights.as_deref().unwrap_or("golden filler"),
             },
             "failing": captures,
         }),
@@ -314,6 +317,8 @@ mod tests {
                 backend: "cpu".into(),
                 values: Arc::new(CaptureValues::F32(full)),
                 vs_golden: Some(cmp),
+                budget: None,
+                violations: Vec::new(),
             }],
             cross: Vec::new(),
         }
@@ -327,6 +332,7 @@ mod tests {
             adapter: None,
             mode: Mode::Isolated,
             strict: false,
+            weights: None,
         }
     }
 

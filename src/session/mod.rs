@@ -98,6 +98,34 @@ pub fn model_of(golden: &Golden) -> Result<(ModelConfig, Option<EngramTables>), 
     Ok((cfg, tables))
 }
 
+/// Config, engram tables and weights a run computes with.
+pub type RunModel = (ModelConfig, Option<EngramTables>, Arc<dyn WeightSource>);
+
+/// The model a run computes with: a `deepseek41` GGUF's metadata and weights when `gguf` is
+/// given (what `--gguf` and a GGUF opened in the app select), else the golden's fixture and
+/// filler weights. The GGUF is mmapped, not read whole.
+pub fn run_model(golden: &Golden, gguf: Option<&std::path::Path>) -> Result<RunModel, String> {
+    match gguf {
+        Some(path) => {
+            let (source, model) = crate::model::GgufSource::open(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((model.cfg, model.tables, Arc::new(source)))
+        }
+        None => {
+            let (cfg, tables) = model_of(golden).map_err(|e| e.to_string())?;
+            let weights =
+                FillerSource::new(golden.source.display().to_string(), &golden.weights_meta);
+            Ok((cfg, tables, Arc::new(weights)))
+        }
+    }
+}
+
+/// A CPU oracle over [`run_model`]: the GGUF's weights when given, else the golden's filler.
+pub fn oracle_on(golden: &Golden, gguf: Option<&std::path::Path>) -> Result<Oracle, String> {
+    let (cfg, tables, weights) = run_model(golden, gguf)?;
+    Ok(Oracle::new(cfg, weights, tables))
+}
+
 /// A CPU oracle over the golden's filler weights.
 pub fn oracle_for(golden: &Golden) -> Result<Oracle, SessionError> {
     let (cfg, tables) = model_of(golden)?;
@@ -255,7 +283,7 @@ pub fn run_check(
                             CaptureValues::I64(v) => Values::I64(v),
                         };
                         let cmp = compare_with_golden(values, &cap.shape, g, &policy);
-                        let max_abs = g.samples_f64().iter().fold(0f64, |m, v| m.max(v.abs()));
+                        let max_abs = budget::reference_magnitude(g);
                         report
                             .reference_max_abs
                             .insert((regime_name.clone(), cap.name.clone()), max_abs);

@@ -382,7 +382,7 @@ pub fn run_lockstep(
                     match golden_row(regime, regime_name, step, cap, opts) {
                         Some(row) => {
                             if let Some(g) = regime.get(&cap.name) {
-                                let m = g.samples_f64().iter().fold(0f64, |m, v| m.max(v.abs()));
+                                let m = super::budget::reference_magnitude(g);
                                 reports[bi]
                                     .reference_max_abs
                                     .insert((regime_name.clone(), cap.name.clone()), m);

@@ -129,13 +129,7 @@ impl Report {
     /// the budget is).
     pub fn budget_ratio(&self, r: &CaptureRow) -> Option<(super::budget::Budget, f64)> {
         let b = self.budget(r)?;
-        let over = if b.abs > 0.0 {
-            r.cmp.max_abs_err / b.abs
-        } else if r.cmp.max_abs_err == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        };
+        let over = super::budget::observed_over_budget(r.cmp.max_abs_err, b.abs);
         Some((b, over))
     }
 

@@ -12,9 +12,10 @@ use crate::session::controller::{
     BackendFactory, BoxedBackend, CaptureResult, Controller, Event, Progress, Request, TriageTotals,
 };
 use crate::session::export::{self, Provenance};
+use crate::session::invariants::Violation;
 use crate::session::Mode;
 use eframe::egui;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
@@ -44,15 +45,18 @@ impl GpuStatus {
     }
 }
 
-/// Builds the backends for a golden: the CPU oracle first, then any GPU backend.
-pub type BackendMaker = Arc<dyn Fn(&Golden) -> Result<Vec<BoxedBackend>, String> + Send + Sync>;
+/// Builds the backends for a golden: the CPU oracle first, then any GPU backend. The path is the
+/// GGUF whose weights and metadata they run on (`--gguf`, or one opened in the app); None: the
+/// golden's filler weights.
+pub type BackendMaker =
+    Arc<dyn Fn(&Golden, Option<&Path>) -> Result<Vec<BoxedBackend>, String> + Send + Sync>;
 
 /// How the app is started.
 #[derive(Clone)]
 pub struct AppOptions {
     /// A golden to open instead of the embedded one.
     pub golden: Option<PathBuf>,
-    /// A GGUF to open at start.
+    /// A GGUF to open at start: the backends run on its weights from the first run.
     pub gguf: Option<PathBuf>,
     /// The backends to run.
     pub backends: BackendMaker,
@@ -74,10 +78,8 @@ impl AppOptions {
         AppOptions {
             golden: None,
             gguf: None,
-            backends: Arc::new(|g: &Golden| {
-                crate::session::oracle_for(g)
-                    .map(|o| vec![Box::new(o) as BoxedBackend])
-                    .map_err(|e| e.to_string())
+            backends: Arc::new(|g: &Golden, gguf: Option<&Path>| {
+                crate::session::oracle_on(g, gguf).map(|o| vec![Box::new(o) as BoxedBackend])
             }),
             gpu: GpuStatus::NotBuilt,
             run_on_start: false,
@@ -103,11 +105,16 @@ pub struct GoldenLensApp {
     pub(crate) golden: Option<LoadedGolden>,
     /// One line about the opened GGUF (or its error).
     pub(crate) gguf_summary: Option<String>,
+    /// The GGUF whose weights and metadata the backends run on; None: the golden's filler.
+    pub(crate) weights: Option<PathBuf>,
     pub(crate) controller: Option<Controller>,
     pub(crate) backends: Vec<String>,
     pub(crate) results: Vec<CaptureResult>,
     pub(crate) missing: Vec<(String, String)>,
     pub(crate) not_isolated: Vec<String>,
+    /// Invariant violations of captures no result holds (only a later backend produced them):
+    /// `(regime, backend, violation)`.
+    pub(crate) other_violations: Vec<(String, String, Violation)>,
     pub(crate) progress: Progress,
     pub(crate) mode: Mode,
     pub(crate) strict: bool,
@@ -147,11 +154,13 @@ impl GoldenLensApp {
             options: options.clone(),
             golden: None,
             gguf_summary: None,
+            weights: options.gguf.clone(),
             controller: None,
             backends: Vec::new(),
             results: Vec::new(),
             missing: Vec::new(),
             not_isolated: Vec::new(),
+            other_violations: Vec::new(),
             progress: Progress::default(),
             mode: Mode::Chained,
             strict: false,
@@ -190,6 +199,17 @@ impl GoldenLensApp {
     /// The loaded golden, if any.
     pub fn golden(&self) -> Option<&LoadedGolden> {
         self.golden.as_ref()
+    }
+    /// The GGUF the backends run on (None: the golden's filler weights).
+    pub fn weights_gguf(&self) -> Option<&Path> {
+        self.weights.as_deref()
+    }
+    /// What the backends run on, in words (the toolbar's label; tests read it).
+    pub fn weights_label(&self) -> String {
+        match &self.weights {
+            Some(p) => format!("Weights: GGUF {}", p.display()),
+            None => "Weights: the golden's filler".to_string(),
+        }
     }
     /// Results so far, in execution order.
     pub fn results(&self) -> &[CaptureResult] {
@@ -240,6 +260,33 @@ impl GoldenLensApp {
             t.add(x);
         }
         t
+    }
+
+    /// `(within, budgeted)`: captures whose every backend stayed within the capture's error
+    /// budget, of the captures with a budget (those the golden holds), as `check` counts them.
+    pub fn budget_counts(&self) -> (usize, usize) {
+        let mut within = 0;
+        let mut budgeted = 0;
+        for ok in self.results.iter().filter_map(CaptureResult::within_budget) {
+            budgeted += 1;
+            within += ok as usize;
+        }
+        (within, budgeted)
+    }
+
+    /// Invariant violations in the backends' own captures so far (every backend, every regime).
+    pub fn violation_count(&self) -> usize {
+        self.results
+            .iter()
+            .map(CaptureResult::violation_count)
+            .sum::<usize>()
+            + self.other_violations.len()
+    }
+
+    /// `(regime, backend, violation)` of captures no result holds (a later backend alone
+    /// produced them).
+    pub fn other_violations(&self) -> &[(String, String, Violation)] {
+        &self.other_violations
     }
 
     /// `(passed, failed)` captures so far; a capture the golden holds but no backend produced
@@ -321,6 +368,7 @@ impl GoldenLensApp {
                     files::run_localize_async(
                         g.golden.clone(),
                         self.options.backends.clone(),
+                        self.weights.clone(),
                         request,
                         self.localize.generation,
                         self.jobs_tx.clone(),
@@ -332,6 +380,13 @@ impl GoldenLensApp {
                     .push("localize: no golden is loaded: open one first".into()),
             },
             UiCommand::CloseLocalize => self.localize.open = false,
+            UiCommand::UseGoldenWeights => {
+                if self.weights.is_some() {
+                    self.gguf_summary = None;
+                    self.restart_session_on(None);
+                    self.notice = Some("the backends run on the golden's filler weights".into());
+                }
+            }
             UiCommand::SelectCaptureLabel(label) => self.select_label(label),
             UiCommand::Cancel => {
                 if let Some(c) = &self.controller {
@@ -363,6 +418,7 @@ impl GoldenLensApp {
         self.results.clear();
         self.missing.clear();
         self.not_isolated.clear();
+        self.other_violations.clear();
         self.selected = None;
         self.views = ViewState::default();
         self.progress = Progress::default();
@@ -372,7 +428,8 @@ impl GoldenLensApp {
         self.localize.result = None;
         let maker = self.options.backends.clone();
         let g = golden.golden.clone();
-        let factory: BackendFactory = Box::new(move || maker(&g));
+        let gguf = self.weights.clone();
+        let factory: BackendFactory = Box::new(move || maker(&g, gguf.as_deref()));
         let ctx = self.ctx.clone();
         let notify: Box<dyn Fn() + Send> = Box::new(move || {
             if let Some(c) = &ctx {
@@ -397,6 +454,15 @@ impl GoldenLensApp {
         }
     }
 
+    /// Run the backends on `weights` (a GGUF, or None for the golden's filler) from now on:
+    /// the open golden's session starts again with new backends.
+    fn restart_session_on(&mut self, weights: Option<PathBuf>) {
+        self.weights = weights;
+        if let Some(g) = self.golden.clone() {
+            self.start_session(g);
+        }
+    }
+
     fn provenance(&self) -> Option<Provenance> {
         let g = self.golden.as_ref()?;
         Some(Provenance {
@@ -409,6 +475,7 @@ impl GoldenLensApp {
             },
             mode: self.mode,
             strict: self.strict,
+            weights: self.weights.as_ref().map(|p| p.display().to_string()),
         })
     }
 
@@ -497,8 +564,18 @@ impl GoldenLensApp {
         for e in events {
             match e {
                 Event::Backends(b) => self.backends = b,
-                Event::StepDone { results, .. } => {
+                Event::StepDone {
+                    regime,
+                    results,
+                    other_violations,
+                    ..
+                } => {
                     self.results.extend(results);
+                    self.other_violations.extend(
+                        other_violations
+                            .into_iter()
+                            .map(|(b, v)| (regime.clone(), b, v)),
+                    );
                     self.apply_start_selection();
                 }
                 Event::Missing { regime, names } => self
@@ -517,6 +594,7 @@ impl GoldenLensApp {
                     self.results.clear();
                     self.missing.clear();
                     self.not_isolated.clear();
+                    self.other_violations.clear();
                     self.selected = None;
                     self.views.clear_cache();
                 }
@@ -534,10 +612,30 @@ impl GoldenLensApp {
                     self.loading = None;
                     self.errors.push(e);
                 }
-                FileJob::Gguf(Ok(summary)) => {
+                FileJob::Gguf(Ok(opened)) => {
                     self.loading = None;
-                    self.notice = Some(summary.clone());
-                    self.gguf_summary = Some(summary);
+                    match opened.runnable {
+                        Ok(()) => {
+                            self.gguf_summary = Some(opened.summary);
+                            if self.weights.as_deref() != Some(opened.path.as_path()) {
+                                // Same as `--gguf`: new backends on the GGUF's weights and
+                                // metadata (built on the session's worker thread).
+                                self.restart_session_on(Some(opened.path.clone()));
+                            }
+                            self.notice = Some(format!(
+                                "the backends run on the GGUF {}",
+                                opened.path.display()
+                            ));
+                        }
+                        Err(why) => self.errors.push(format!(
+                            "{}; the backends keep running on {}",
+                            why,
+                            match &self.weights {
+                                Some(p) => format!("the GGUF {}", p.display()),
+                                None => "the golden's filler weights".to_string(),
+                            }
+                        )),
+                    }
                 }
                 FileJob::Picked(kind, path) => {
                     self.commands.push(match kind {

@@ -93,4 +93,6 @@ pub enum UiCommand {
     /// Select a capture by its `regime/name` label; when it has not run yet, run until it has
     /// and select it then.
     SelectCaptureLabel(String),
+    /// Run the backends on the golden's filler weights again instead of an opened GGUF's.
+    UseGoldenWeights,
 }

@@ -21,10 +21,19 @@ pub struct LoadedGolden {
     pub hash_hex: String,
 }
 
+/// A GGUF whose header was read: its summary, and whether the backends can run on it.
+pub struct OpenedGguf {
+    pub path: PathBuf,
+    pub summary: String,
+    /// Ok when it is a valid `deepseek41` file (its weights and metadata can drive the
+    /// backends); else why not, naming the file.
+    pub runnable: Result<(), String>,
+}
+
 /// A finished background file job.
 pub enum FileJob {
     Golden(Result<LoadedGolden, String>),
-    Gguf(Result<String, String>),
+    Gguf(Result<OpenedGguf, String>),
     Picked(FileKind, PathBuf),
     DialogFailed(String),
     /// The self-test table, or why it could not run.
@@ -41,13 +50,14 @@ pub enum FileJob {
 pub fn run_localize_async(
     golden: Arc<Golden>,
     backends: crate::ui::app::BackendMaker,
+    gguf: Option<PathBuf>,
     request: crate::session::controller::LocalizeRequest,
     generation: u64,
     tx: Sender<FileJob>,
     ctx: Option<egui::Context>,
 ) {
     spawn("localize", move || {
-        let factory = || backends(&golden);
+        let factory = || backends(&golden, gguf.as_deref());
         let result = crate::session::controller::run_localize(&golden, &factory, &request);
         let _ = tx.send(FileJob::Localize { generation, result });
         wake(&ctx);
@@ -127,29 +137,48 @@ pub fn load_golden_async(path: PathBuf, tx: Sender<FileJob>, ctx: Option<egui::C
     });
 }
 
-/// A one-line summary of a GGUF (shards, dialect, tensor count), or why it was rejected.
-pub fn gguf_summary(path: &std::path::Path) -> Result<String, String> {
+/// A one-line summary of a GGUF (shards, dialect, tensor count) and whether the backends can run
+/// on it, or why it could not be read.
+pub fn open_gguf(path: &std::path::Path) -> Result<OpenedGguf, String> {
     let set = crate::gguf::GgufSet::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let report =
         crate::gguf::info::build_report(&set).map_err(|e| format!("{}: {e}", path.display()))?;
-    let dialect = match (&report.dialect, &report.deepseek41_error) {
-        (Some(d), _) => format!("deepseek41 dialect {d}"),
-        (None, Some(e)) => format!("not a valid deepseek41 file: {e}"),
-        (None, None) => "no deepseek41 dialect".into(),
+    let (dialect, runnable) = match (&report.dialect, &report.deepseek41_error) {
+        (Some(d), _) => (format!("deepseek41 dialect {d}"), Ok(())),
+        (None, Some(e)) => (
+            format!("not a valid deepseek41 file: {e}"),
+            Err(format!(
+                "{}: not a valid deepseek41 file: {e}",
+                path.display()
+            )),
+        ),
+        (None, None) => (
+            "no deepseek41 dialect".to_string(),
+            Err(format!("{}: no deepseek41 dialect", path.display())),
+        ),
     };
-    Ok(format!(
-        "GGUF {}: {} shard(s), {} tensors, {dialect} (GGUF weights are not yet run by the app's \
-         backends; the golden's filler weights are used)",
+    let summary = format!(
+        "GGUF {}: {} shard(s), {} tensors, {dialect}{}",
         path.display(),
         report.shards.len(),
-        report.tensors.len()
-    ))
+        report.tensors.len(),
+        if runnable.is_ok() {
+            "; the backends run on its weights and metadata"
+        } else {
+            ""
+        }
+    );
+    Ok(OpenedGguf {
+        path: path.to_path_buf(),
+        summary,
+        runnable,
+    })
 }
 
 /// Read a GGUF's header on a worker thread and report a [`FileJob::Gguf`].
 pub fn load_gguf_async(path: PathBuf, tx: Sender<FileJob>, ctx: Option<egui::Context>) {
     spawn("gguf loader", move || {
-        let _ = tx.send(FileJob::Gguf(gguf_summary(&path)));
+        let _ = tx.send(FileJob::Gguf(open_gguf(&path)));
         wake(&ctx);
     });
 }

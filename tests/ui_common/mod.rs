@@ -4,7 +4,13 @@
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
+use golden_lens::golden::Golden;
+use golden_lens::model::{Backend, BackendError, Capture, Pins, SeedTensors, Step};
+use golden_lens::oracle::faults::{Fault, FaultPlan};
+use golden_lens::session::{self, controller::BoxedBackend};
 use golden_lens::ui::{AppOptions, GoldenLensApp};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a full run of the tiny golden may take in the test profile (it takes seconds; the
@@ -51,5 +57,68 @@ pub fn run_all(h: &mut Harness<'static, GoldenLensApp>) {
     h.get_by_label("Run all").click();
     wait_until(h, "the run to finish", RUN_TIMEOUT, |h| {
         h.query_by_label("Status: finished").is_some()
+    });
+}
+
+/// A backend under another name, so the app's labels tell a test backend (e.g. a second oracle
+/// with planted faults) from the reference oracle.
+pub struct Renamed<B> {
+    pub name: &'static str,
+    pub inner: B,
+}
+
+impl<B: Backend> Backend for Renamed<B> {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
+        self.inner.begin(ids, start_pos)
+    }
+    fn steps(&self) -> Vec<Step> {
+        self.inner.steps()
+    }
+    fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        self.inner.run(step, sink)
+    }
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        self.inner.pin(pins)
+    }
+    fn seed(
+        &mut self,
+        step: Step,
+        reference: &dyn SeedTensors,
+    ) -> Result<Vec<String>, BackendError> {
+        self.inner.seed(step, reference)
+    }
+}
+
+/// The app with the CPU oracle as reference (emitting its diagnostic scores when `diagnostics`)
+/// and, as its test backend, a second oracle named `cpu-test` with `faults` planted (what the
+/// GPU backend is in the real app).
+pub fn planted_options(faults: Vec<Fault>, diagnostics: bool) -> AppOptions {
+    let mut o = AppOptions::cpu_only();
+    o.show_frame_time = false;
+    o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
+        let mut reference = session::oracle_on(g, gguf)?;
+        reference.diagnostics = diagnostics;
+        let mut test = session::oracle_on(g, gguf)?;
+        test.faults = FaultPlan::new(faults.clone());
+        Ok(vec![
+            Box::new(reference) as BoxedBackend,
+            Box::new(Renamed {
+                name: "cpu-test",
+                inner: test,
+            }) as BoxedBackend,
+        ])
+    });
+    o
+}
+
+/// Wait for the embedded golden and the session worker's first report.
+pub fn wait_ready(h: &mut Harness<'static, GoldenLensApp>) {
+    wait_until(h, "the embedded golden", RUN_TIMEOUT, |h| {
+        h.query_by_label_contains("Golden: <embedded").is_some()
+            && h.state().progress().steps_total > 0
+            && h.query_by_label("Status: ready").is_some()
     });
 }

@@ -1,6 +1,6 @@
 //! The capture list: grouped by regime and layer, filtered by name and failing-only, with shape,
 //! kind, worst error, tolerance, ratio and a verdict per comparison (plus the top-k triage counts
-//! of index captures). Only visible rows are laid out, so thousands of captures stay cheap.
+//! of index captures, and marks for captures over their error budget or breaking invariants). Only visible rows are laid out, so thousands of captures stay cheap.
 
 use crate::session::controller::CaptureResult;
 use crate::ui::app::GoldenLensApp;
@@ -83,6 +83,21 @@ pub fn triage_counts(r: &CaptureResult) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
+/// The marks of a capture beside its verdicts: `over budget` when a backend's error against the
+/// golden exceeds the capture's error budget, `invariants: N violated` when the backends' own
+/// captures break the graph's invariants (both in words, never colour alone).
+pub fn marks(r: &CaptureResult) -> Vec<String> {
+    let mut out = Vec::new();
+    if r.within_budget() == Some(false) {
+        out.push("over budget".to_string());
+    }
+    let n = r.violation_count();
+    if n > 0 {
+        out.push(format!("invariants: {n} violated"));
+    }
+    out
+}
+
 /// Draw the list.
 pub fn capture_list_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
     ui.heading("Captures");
@@ -154,6 +169,9 @@ pub fn capture_list_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                             ui.colored_label(theme::verdict_color(r.pass()), verdicts(r));
                             if let Some(t) = triage_counts(r) {
                                 ui.label(t);
+                            }
+                            for mark in marks(r) {
+                                ui.colored_label(theme::FAIL, mark);
                             }
                         });
                     }

@@ -1,10 +1,12 @@
-//! The detail area: the selected capture's metrics for every comparison, its exports, the test
+//! The detail area: the selected capture's metrics for every comparison (with each backend's
+//! error budget), the invariants its backends' captures violate, its exports, the test
 //! backend and reference choice, the view tabs, and the chosen view, with an index capture's
 //! top-k triage (every differing row: indices only one side picked, class, score gap, boundary
 //! margin) above it.
 
 use crate::golden::compare::Comparison;
-use crate::session::controller::{CaptureResult, CaptureTriage, CrossComparison};
+use crate::session::controller::{BudgetCheck, CaptureResult, CaptureTriage, CrossComparison};
+use crate::session::invariants::Violation;
 use crate::ui::app::GoldenLensApp;
 use crate::ui::commands::{DetailView, FileKind, UiCommand};
 use crate::ui::theme;
@@ -37,6 +39,25 @@ pub fn metric_lines(name: &str, c: &Comparison) -> Vec<String> {
         ),
     ]
 }
+
+/// The error-budget line of one backend against the golden (also the label tests read).
+pub fn budget_line(backend: &str, b: &BudgetCheck) -> String {
+    format!(
+        "{backend} vs golden budget: {:.1e} ({}), error/budget {:.2}{}",
+        b.budget.abs,
+        b.budget.reason,
+        b.ratio,
+        if b.within() { "" } else { ": OVER BUDGET" }
+    )
+}
+
+/// One invariant violation of the selected capture (also the label tests read).
+pub fn violation_line(backend: &str, v: &Violation) -> String {
+    format!("{backend} at flat index {}: {}", v.index, v.what)
+}
+
+/// Violations of one capture listed at most (the count above covers all of them).
+pub const VIOLATIONS_SHOWN: usize = 200;
 
 /// The summary line of one capture's triage (also the label tests read).
 pub fn triage_line(x: &CrossComparison, t: &CaptureTriage) -> String {
@@ -176,19 +197,55 @@ pub fn detail_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
     egui::CollapsingHeader::new("Metrics")
         .default_open(true)
         .show(ui, |ui| {
-            for (name, c) in r.comparisons() {
-                for (k, line) in metric_lines(&name, c).into_iter().enumerate() {
+            let lines = |ui: &mut egui::Ui, name: &str, c: &Comparison| {
+                for (k, line) in metric_lines(name, c).into_iter().enumerate() {
                     if k == 0 {
                         ui.colored_label(theme::verdict_color(c.pass), line);
                     } else {
                         ui.label(line);
                     }
                 }
+            };
+            for b in &r.per_backend {
+                let Some(c) = &b.vs_golden else {
+                    continue;
+                };
+                lines(ui, &format!("{} vs golden", b.backend), c);
+                if let Some(bc) = &b.budget {
+                    ui.colored_label(
+                        theme::verdict_color(bc.within()),
+                        budget_line(&b.backend, bc),
+                    );
+                }
+            }
+            for x in &r.cross {
+                lines(ui, &format!("{} vs {}", x.test, x.reference), &x.cmp);
             }
             if r.comparisons().is_empty() {
                 ui.label("Not in the golden: nothing to compare against");
             }
         });
+    let n_violations = r.violation_count();
+    if n_violations > 0 {
+        egui::CollapsingHeader::new(format!("Invariant violations ({n_violations})"))
+            .default_open(true)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("violations_scroll")
+                    .max_height(160.0)
+                    .show(ui, |ui| {
+                        for (backend, v) in r.violations().take(VIOLATIONS_SHOWN) {
+                            ui.colored_label(theme::FAIL, violation_line(backend, v));
+                        }
+                        if n_violations > VIOLATIONS_SHOWN {
+                            ui.weak(format!(
+                                "… {} more violations",
+                                n_violations - VIOLATIONS_SHOWN
+                            ));
+                        }
+                    });
+            });
+    }
     ui.horizontal(|ui| {
         if ui.button("Export .npy…").clicked() {
             app.commands.push(UiCommand::PickFile(FileKind::ExportNpy));

@@ -1,6 +1,6 @@
 //! Run controls: run all, step, run to a layer, reset, cancel; chained or isolated mode; strict
-//! policies; progress; the pass/fail summary and the first divergence; the run's top-k triage
-//! counts; exports; the Self-test and Localize windows.
+//! policies; progress; the pass/fail summary and the first divergence; the error-budget and
+//! invariant counts; the run's top-k triage counts; exports; the Self-test and Localize windows.
 
 use crate::session::controller::{first_divergence, Request, TriageTotals};
 use crate::session::Mode;
@@ -147,6 +147,28 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             }
             None => {}
         }
+        if p.steps_done > 0 || !app.results.is_empty() {
+            let (within, budgeted) = app.budget_counts();
+            ui.colored_label(
+                theme::verdict_color(within == budgeted),
+                budget_summary(within, budgeted),
+            )
+            .on_hover_text(
+                "A capture is within budget when every backend's largest error against the \
+                 golden is at most what its dtype, reduction length and reference magnitude \
+                 explain (as `golden-lens check` counts it)",
+            );
+            let violations = app.violation_count();
+            ui.colored_label(
+                theme::verdict_color(violations == 0),
+                invariant_summary(violations),
+            )
+            .on_hover_text(
+                "Properties the graph guarantees whatever the weights (comb rows and columns sum \
+                 to 1, routing weights to route_scale, indices in range, masks as the reference \
+                 attends), checked on each backend's own captures",
+            );
+        }
         if let Some((mean, max)) = app
             .frame_time_secs()
             .filter(|_| app.options.show_frame_time)
@@ -186,4 +208,14 @@ pub fn triage_summary(t: &TriageTotals) -> String {
         ));
     }
     s
+}
+
+/// The run's error-budget line (also the label tests read).
+pub fn budget_summary(within: usize, budgeted: usize) -> String {
+    format!("Error budgets: {within} of {budgeted} captures within budget")
+}
+
+/// The run's invariant line (also the label tests read).
+pub fn invariant_summary(violations: usize) -> String {
+    format!("Invariants: {violations} violations in the backends' own captures")
 }

@@ -1,5 +1,6 @@
 //! The file row: open a golden or GGUF by dialog or typed path, go back to the embedded golden,
-//! and see what is open.
+//! see what is open and which weights the backends run on (an opened GGUF's, or the golden's
+//! filler, which the user can go back to).
 
 use crate::ui::app::GoldenLensApp;
 use crate::ui::commands::{FileKind, UiCommand};
@@ -39,6 +40,18 @@ pub fn toolbar_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             (None, None) => "No golden open".to_string(),
         };
         ui.label(opened);
+        ui.separator();
+        ui.label(app.weights_label());
+        if app.weights.is_some()
+            && ui
+                .button("Use golden weights")
+                .on_hover_text(
+                    "Rebuild the backends on the golden's filler weights instead of the GGUF's",
+                )
+                .clicked()
+        {
+            app.push(UiCommand::UseGoldenWeights);
+        }
     });
     if let Some(g) = &app.gguf_summary {
         ui.label(g.as_str());
