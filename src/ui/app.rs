@@ -140,6 +140,7 @@ pub struct GoldenLensApp {
     pub(crate) selftest: Option<Option<Result<Vec<crate::session::selftest::SelftestRow>, String>>>,
     /// The Localize window's settings and last result.
     pub(crate) localize: panels::localize::LocalizeState,
+    pub(crate) determinism: panels::determinism::DeterminismState,
 }
 
 /// How many recent frame durations are kept for the frame-time readout.
@@ -180,6 +181,7 @@ impl GoldenLensApp {
             frame_secs: Default::default(),
             selftest: None,
             localize: Default::default(),
+            determinism: Default::default(),
         };
         match &options.golden {
             Some(p) => app.handle(UiCommand::OpenGolden(p.clone())),
@@ -246,9 +248,16 @@ impl GoldenLensApp {
     }
     /// True while a request runs, a file loads or a localisation runs.
     pub fn busy(&self) -> bool {
-        self.progress.busy || self.loading.is_some() || self.localize.running
+        self.progress.busy
+            || self.loading.is_some()
+            || self.localize.running
+            || self.determinism.running
     }
     /// The Localize window's state and last result.
+    pub fn determinism_state(&self) -> &panels::determinism::DeterminismState {
+        &self.determinism
+    }
+
     pub fn localize_state(&self) -> &panels::localize::LocalizeState {
         &self.localize
     }
@@ -380,6 +389,30 @@ impl GoldenLensApp {
                     .push("localize: no golden is loaded: open one first".into()),
             },
             UiCommand::CloseLocalize => self.localize.open = false,
+            UiCommand::OpenDeterminism => self.determinism.open = true,
+            UiCommand::CloseDeterminism => self.determinism.open = false,
+            UiCommand::RunDeterminism(runs) => match &self.golden {
+                Some(g) => {
+                    let d = &mut self.determinism;
+                    d.open = true;
+                    d.runs = runs.clamp(2, panels::determinism::MAX_RUNS);
+                    d.generation += 1;
+                    d.running = true;
+                    d.result = None;
+                    files::run_determinism_async(
+                        g.golden.clone(),
+                        self.options.backends.clone(),
+                        self.weights.clone(),
+                        d.runs,
+                        d.generation,
+                        self.jobs_tx.clone(),
+                        self.ctx.clone(),
+                    );
+                }
+                None => self
+                    .errors
+                    .push("determinism: no golden is loaded: open one first".into()),
+            },
             UiCommand::UseGoldenWeights => {
                 if self.weights.is_some() {
                     self.gguf_summary = None;
@@ -426,6 +459,10 @@ impl GoldenLensApp {
         self.localize.generation += 1;
         self.localize.running = false;
         self.localize.result = None;
+        // So does a determinism run.
+        self.determinism.generation += 1;
+        self.determinism.running = false;
+        self.determinism.result = None;
         let maker = self.options.backends.clone();
         let g = golden.golden.clone();
         let gguf = self.weights.clone();
@@ -647,6 +684,12 @@ impl GoldenLensApp {
                 }
                 FileJob::DialogFailed(msg) => self.errors.push(msg),
                 FileJob::Selftest(result) => self.selftest = Some(Some(result)),
+                FileJob::Determinism { generation, result } => {
+                    if generation == self.determinism.generation {
+                        self.determinism.running = false;
+                        self.determinism.result = Some(result);
+                    }
+                }
                 FileJob::Localize { generation, result } => {
                     if generation == self.localize.generation {
                         self.localize.running = false;
@@ -685,6 +728,7 @@ impl GoldenLensApp {
         });
         panels::selftest::selftest_ui(ui, self);
         panels::localize::localize_ui(ui, self);
+        panels::determinism::determinism_ui(ui, self);
 
         for cmd in std::mem::take(&mut self.commands) {
             self.handle(cmd);

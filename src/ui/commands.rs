@@ -84,6 +84,13 @@ pub enum UiCommand {
     RunSelftest,
     /// Hide the self-test window.
     CloseSelftest,
+    /// Run the test backend this many times off the UI thread and list bitwise instability
+    /// (opens the Determinism window).
+    RunDeterminism(usize),
+    /// Show the Determinism window without running.
+    OpenDeterminism,
+    /// Hide the Determinism window.
+    CloseDeterminism,
     /// Show the Localize window (running a localisation when it has no result yet).
     OpenLocalize,
     /// Run a localisation off the UI thread (replacing the window's result when it finishes).

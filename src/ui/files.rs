@@ -38,6 +38,11 @@ pub enum FileJob {
     DialogFailed(String),
     /// The self-test table, or why it could not run.
     Selftest(Result<Vec<crate::session::selftest::SelftestRow>, String>),
+    /// A determinism run of request `generation`, or why it could not run.
+    Determinism {
+        generation: u64,
+        result: Result<crate::ui::panels::determinism::DeterminismOutcome, String>,
+    },
     /// A localisation of run `generation`, or why it could not run.
     Localize {
         generation: u64,
@@ -60,6 +65,46 @@ pub fn run_localize_async(
         let factory = || backends(&golden, gguf.as_deref());
         let result = crate::session::controller::run_localize(&golden, &factory, &request);
         let _ = tx.send(FileJob::Localize { generation, result });
+        wake(&ctx);
+    });
+}
+
+/// Run the app's test backend (the last one the maker builds) `runs` times from fresh state
+/// on a worker thread and report a [`FileJob::Determinism`].
+pub fn run_determinism_async(
+    golden: Arc<Golden>,
+    backends: crate::ui::app::BackendMaker,
+    gguf: Option<PathBuf>,
+    runs: usize,
+    generation: u64,
+    tx: Sender<FileJob>,
+    ctx: Option<egui::Context>,
+) {
+    spawn("determinism", move || {
+        use crate::model::Backend;
+        use crate::session::SessionError;
+        let fail = |msg: String| SessionError::Golden {
+            source_path: golden.source.display().to_string(),
+            msg,
+        };
+        let name = std::cell::RefCell::new(String::new());
+        let mut make = || -> Result<Box<dyn Backend>, SessionError> {
+            let b = backends(&golden, gguf.as_deref())
+                .map_err(fail)?
+                .pop()
+                .ok_or_else(|| fail("the app has no backend".into()))?;
+            *name.borrow_mut() = b.name();
+            Ok(b)
+        };
+        let result = crate::session::determinism::repeat_runs(&golden, &mut make, runs)
+            .map(
+                |report| crate::ui::panels::determinism::DeterminismOutcome {
+                    backend: name.borrow().clone(),
+                    report,
+                },
+            )
+            .map_err(|e| e.to_string());
+        let _ = tx.send(FileJob::Determinism { generation, result });
         wake(&ctx);
     });
 }

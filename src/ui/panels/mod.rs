@@ -4,6 +4,7 @@
 pub mod banners;
 pub mod capture_list;
 pub mod detail;
+pub mod determinism;
 pub mod localize;
 pub mod overview;
 pub mod run_controls;

@@ -104,6 +104,15 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
         {
             app.push(UiCommand::OpenLocalize);
         }
+        if ui
+            .add_enabled(app.golden.is_some(), egui::Button::new("Determinism"))
+            .on_hover_text(
+                "Run the test backend several times from fresh state and list every capture                  whose bits change (check --repeat N)",
+            )
+            .clicked()
+        {
+            app.push(UiCommand::OpenDeterminism);
+        }
     });
     ui.horizontal(|ui| {
         let p = &app.progress;
