@@ -304,3 +304,57 @@ fn triage_without_reference_scores_says_the_rows_are_unscored() {
         t.unscored_rows
     ));
 }
+
+/// With the wgpu backend as the app's test backend, localisation judges it by the GPU policy
+/// against the oracle (as `localize --backend gpu` does): the GPU's ulp-level transcendental
+/// noise is not a divergence, while the strict (bit-exact) bar would call it one.
+#[cfg(feature = "gpu")]
+#[test]
+fn a_gpu_test_backend_is_judged_by_the_gpu_policy() {
+    use golden_lens::golden::Golden;
+    use golden_lens::gpu::{test_context, GpuOptions};
+    use golden_lens::session::controller::BoxedBackend;
+    use golden_lens::session::localize::{localize_with, Judge, RecordedRun};
+    use golden_lens::ui::AppOptions;
+    use std::path::Path;
+    use std::sync::Arc;
+    if test_context("ui_localize_gpu").is_none() {
+        return;
+    }
+    let gpu_opts = || GpuOptions {
+        reference_ties: true,
+        ..Default::default()
+    };
+    let mut o = AppOptions::cpu_only();
+    o.show_frame_time = false;
+    o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
+        let reference = session::oracle_on(g, gguf)?;
+        let gpu = session::gpu_for(g, gpu_opts()).map_err(|e| e.to_string())?;
+        Ok(vec![
+            Box::new(reference) as BoxedBackend,
+            Box::new(gpu) as BoxedBackend,
+        ])
+    });
+    let mut h = harness(o);
+    wait_ready(&mut h);
+    open_localize(&mut h);
+    let l = match &h.state().localize_state().result {
+        Some(Ok(o)) => o.localization.clone(),
+        other => panic!("localisation failed: {other:?}"),
+    };
+    assert!(
+        l.first_local_divergence.is_none(),
+        "{:?}",
+        l.first_local_divergence.map(|i| &l.steps[i])
+    );
+    h.get_by_label("No local divergence: every step's local error is within tolerance");
+    // The same GPU under the strict bar: its few one-ulp bf16 differences break it.
+    let golden = golden_lens::golden::embedded::default_golden().expect("golden");
+    let mut reference = session::oracle_for(&golden).expect("oracle");
+    let rec = RecordedRun::record(&golden, &mut reference).expect("record");
+    let mut make = || -> Result<Box<dyn golden_lens::model::Backend>, session::SessionError> {
+        Ok(Box::new(session::gpu_for(&golden, gpu_opts())?))
+    };
+    let strict = localize_with(&golden, &rec, &mut make, Judge::Strict).expect("localize");
+    assert!(strict.first_local_divergence.is_some());
+}

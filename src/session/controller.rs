@@ -883,18 +883,29 @@ pub fn run_localize(
         }
     }
     let planted = !faults.is_empty();
-    let (recorded, reference_name) = if planted {
+    let (recorded, reference_name, other_backend) = if planted {
         let mut oracle = super::oracle_for(golden).map_err(|e| e.to_string())?;
         let recorded = RecordedRun::record(golden, &mut oracle).map_err(|e| e.to_string())?;
-        (recorded, "cpu oracle".to_string())
+        (recorded, "cpu oracle".to_string(), false)
     } else {
         let mut backends = factory()?;
+        let other = backends.len() > 1;
         let Some(first) = backends.first_mut() else {
             return Err("no backend to run".into());
         };
         let name = first.name();
         let recorded = RecordedRun::record(golden, first.as_mut()).map_err(|e| e.to_string())?;
-        (recorded, name)
+        (recorded, name, other)
+    };
+    // An oracle under test (planted faults, or the reference itself) is held to bit-exactness;
+    // another backend (the GPU) to the GPU policy against the oracle, as `check` and `localize
+    // --backend gpu` do; "Atlas bars" overrides both.
+    let judge = if request.atlas {
+        super::localize::Judge::Atlas
+    } else if other_backend {
+        super::localize::Judge::Gpu
+    } else {
+        super::localize::Judge::Strict
     };
     let mut test_name = String::new();
     let mut make = || -> Result<Box<dyn Backend>, SessionError> {
@@ -921,7 +932,7 @@ pub fn run_localize(
         };
         Ok(test)
     };
-    let localization = super::localize::localize(golden, &recorded, &mut make, !request.atlas)
+    let localization = super::localize::localize_with(golden, &recorded, &mut make, judge)
         .map_err(|e| e.to_string())?;
     let counterfactual = match request.pin_from {
         Some(layer) => Some(

@@ -132,7 +132,11 @@ pub fn localize_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                         .desired_width(300.0),
                 )
                 .labelled_by(label.id);
-                ui.checkbox(&mut state.atlas, "Atlas bars (not bit-exact)");
+                ui.checkbox(&mut state.atlas, "Atlas bars (not bit-exact)")
+                    .on_hover_text(
+                        "Off: an oracle under test is held to bf16 bit-exactness and another \
+                         backend (the GPU) to the GPU policy against the oracle",
+                    );
                 ui.checkbox(&mut state.pin, "Pin selections from layer");
                 ui.add_enabled(
                     state.pin,
