@@ -448,34 +448,12 @@ impl GpuBackend {
 
     fn step_embed(&mut self, step: Step) -> Result<(), BackendError> {
         let (s, d, hc) = (self.s(), self.cfg.dim, self.cfg.hc_mult);
-        let rows: Vec<usize> = self
-            .ids
-            .iter()
-            .map(|&id| {
-                usize::try_from(id)
-                    .ok()
-                    .filter(|&i| i < self.cfg.vocab_size)
-                    .ok_or_else(|| invalid(step, format!("token id {id} outside the vocabulary")))
-            })
-            .collect::<Result<_, _>>()?;
-        let shape = self.weights.shape("embed.weight");
-        if shape.as_deref() != Some(&[self.cfg.vocab_size, d][..]) {
-            return Err(invalid(
-                step,
-                format!(
-                    "embed.weight: expected [{}, {d}], found {shape:?}",
-                    self.cfg.vocab_size
-                ),
-            ));
-        }
-        // The table stays where it is (real vocabularies are GBs): the source reads the rows.
-        let e =
-            self.weights
-                .rows("embed.weight", &rows)
-                .map_err(|source| BackendError::Weight {
-                    step: step.to_string(),
-                    source,
-                })?;
+        let e = crate::model::weights::embedding_rows(
+            &self.cfg,
+            self.weights.as_ref(),
+            step,
+            &self.ids,
+        )?;
         let e = self.gpu.upload("embed", &e).map_err(berr(step))?;
         self.cap(
             step,

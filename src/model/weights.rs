@@ -82,6 +82,43 @@ pub fn gather_rows(
     Ok(out)
 }
 
+/// The embedding rows of `ids` (the Embed step of every backend): each id checked against the
+/// vocabulary and `embed.weight` against `[vocab, dim]`, then only those rows read (real
+/// vocabularies are GBs; the table stays where it is).
+pub fn embedding_rows(
+    cfg: &super::ModelConfig,
+    weights: &dyn WeightSource,
+    step: super::Step,
+    ids: &[i64],
+) -> Result<Vec<f32>, super::BackendError> {
+    let invalid = |msg: String| super::BackendError::Invalid {
+        step: step.to_string(),
+        msg,
+    };
+    let rows: Vec<usize> = ids
+        .iter()
+        .map(|&id| {
+            usize::try_from(id)
+                .ok()
+                .filter(|&i| i < cfg.vocab_size)
+                .ok_or_else(|| invalid(format!("token id {id} outside the vocabulary")))
+        })
+        .collect::<Result<_, _>>()?;
+    let shape = weights.shape("embed.weight");
+    if shape.as_deref() != Some(&[cfg.vocab_size, cfg.dim][..]) {
+        return Err(invalid(format!(
+            "embed.weight: expected [{}, {}], found {shape:?}",
+            cfg.vocab_size, cfg.dim
+        )));
+    }
+    weights
+        .rows("embed.weight", &rows)
+        .map_err(|source| super::BackendError::Weight {
+            step: step.to_string(),
+            source,
+        })
+}
+
 /// Element `i` of a filler parameter in its stored precision (spec §4.1: f64 formula, f32 cast,
 /// then the storage dtype's rounding).
 pub fn filler_element(meta: &WeightMeta, i: u64) -> f32 {

@@ -185,33 +185,12 @@ impl Oracle {
 
     fn step_embed(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {
         let (s, d, hc) = (self.s(), self.cfg.dim, self.cfg.hc_mult);
-        let rows: Vec<usize> = self
-            .ids
-            .iter()
-            .map(|&id| {
-                usize::try_from(id)
-                    .ok()
-                    .filter(|&i| i < self.cfg.vocab_size)
-                    .ok_or_else(|| invalid(step, format!("token id {id} outside the vocabulary")))
-            })
-            .collect::<Result<_, _>>()?;
-        let shape = self.weights.shape("embed.weight");
-        if shape.as_deref() != Some(&[self.cfg.vocab_size, d][..]) {
-            return Err(invalid(
-                step,
-                format!(
-                    "embed.weight: expected [{}, {d}], found {shape:?}",
-                    self.cfg.vocab_size
-                ),
-            ));
-        }
-        let mut e =
-            self.weights
-                .rows("embed.weight", &rows)
-                .map_err(|source| BackendError::Weight {
-                    step: step.to_string(),
-                    source,
-                })?;
+        let mut e = crate::model::weights::embedding_rows(
+            &self.cfg,
+            self.weights.as_ref(),
+            step,
+            &self.ids,
+        )?;
         self.put_f32(out, "embed", vec![1, s, d], CaptureDtype::Bf16, &mut e);
         let mut h = Vec::with_capacity(s * hc * d);
         for t in 0..s {
