@@ -485,17 +485,11 @@ impl GpuBackend {
             .engram
             .clone()
             .ok_or_else(|| invalid(step, "no engram config"))?;
-        let li = ecfg
-            .layer_ids
-            .iter()
-            .position(|&x| x == l)
-            .ok_or_else(|| invalid(step, "not an engram layer"))?;
+        let (li, ids) = ecfg
+            .layer_hash_ids(l, s, &self.hashes)
+            .map_err(|m| invalid(step, m))?;
         let cols = ecfg.n_hash_cols();
         let hd = ecfg.head_dim;
-        let n_eng = ecfg.layer_ids.len();
-        if self.hashes.len() != s * n_eng * cols {
-            return Err(invalid(step, "EngramHash must run before Engram"));
-        }
         let h = self.stream(step)?;
         self.cap(
             step,
@@ -505,11 +499,6 @@ impl GpuBackend {
             &h,
             0,
         )?;
-        let ids: Vec<i64> = (0..s)
-            .flat_map(|t| {
-                self.hashes[(t * n_eng + li) * cols..(t * n_eng + li + 1) * cols].to_vec()
-            })
-            .collect();
         self.cap_host(Capture::int(
             format!("L{l}.engram_hash_ids"),
             vec![1, s, cols],

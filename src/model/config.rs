@@ -45,6 +45,29 @@ impl EngramConfig {
     pub fn n_hash_cols(&self) -> usize {
         self.max_ngram_size.saturating_sub(1) * self.n_heads
     }
+
+    /// Engram layer `l`'s index among the engram layers and its `[s, cols]` hash ids, taken from
+    /// the forward's `[s, n_engram_layers, cols]` hashes.
+    pub fn layer_hash_ids(
+        &self,
+        l: usize,
+        s: usize,
+        hashes: &[i64],
+    ) -> Result<(usize, Vec<i64>), &'static str> {
+        let li = self
+            .layer_ids
+            .iter()
+            .position(|&x| x == l)
+            .ok_or("not an engram layer")?;
+        let (n_eng, cols) = (self.layer_ids.len(), self.n_hash_cols());
+        if hashes.len() != s * n_eng * cols {
+            return Err("EngramHash must run before Engram");
+        }
+        let ids = (0..s)
+            .flat_map(|t| hashes[(t * n_eng + li) * cols..(t * n_eng + li + 1) * cols].to_vec())
+            .collect();
+        Ok((li, ids))
+    }
 }
 
 /// What one layer does in the shared compressed-attention scheme (spec §12.1).
