@@ -13,13 +13,13 @@ fn main() {
 #[cfg(feature = "gpu")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     use golden_lens::golden::compare::{compare_full, Values};
+    use golden_lens::golden::policy::backend_policy_for_capture as gpu_policy_for_capture;
     use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
     use golden_lens::model::{
         Backend, Capture, CaptureValues, EngramTables, FillerSource, ModelConfig, Step,
         WeightSource,
     };
     use golden_lens::oracle::Oracle;
-    use golden_lens::session::multi::gpu_policy_for_capture;
     use std::sync::Arc;
     use std::time::Instant;
 

@@ -76,8 +76,13 @@ fn json_report_filters_and_regime_stop() {
         json.to_str().expect("utf8"),
     ]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value =
+    let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("json");
+    // One document shape for every --backend: a report per backend, then the cross comparisons.
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["cross"].as_array().map(Vec::len), Some(0));
+    let v = &doc["backends"][0];
+    assert_eq!(v["backend"], "cpu");
     let caps = v["captures"].as_array().expect("captures");
     assert!(caps
         .iter()

@@ -5,8 +5,8 @@
 
 use golden_lens::golden::Golden;
 use golden_lens::gpu::{test_context, GpuBackend, GpuOptions, Injection};
-use golden_lens::model::{Backend, FillerSource, WeightSource};
-use golden_lens::session::{self, multi, CheckOptions};
+use golden_lens::model::{FillerSource, WeightSource};
+use golden_lens::session::{self, CheckOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -69,8 +69,12 @@ fn lockstep_cpu_gpu_keeps_every_gpu_capture_within_the_gpu_policy() {
         return;
     };
     let mut oracle = session::oracle_for(&g).expect("oracle");
-    let mut list: [&mut dyn Backend; 2] = [&mut oracle, &mut gpu];
-    let m = multi::run_lockstep(&g, &mut list, 0, &opts_for(&g)).expect("lockstep");
+    let m = session::run_lockstep(
+        &g,
+        vec![Box::new(&mut oracle), Box::new(&mut gpu)],
+        &opts_for(&g),
+    )
+    .expect("lockstep");
     let c = m.cross_summary(0);
     eprintln!("gpu vs cpu: {c:?}");
     if let Some(f) = m.first_cross_failure(0) {
@@ -92,8 +96,12 @@ fn gpu_tie_rule_disagreements_are_counted_as_tie_flips() {
         return;
     };
     let mut oracle = session::oracle_for(&g).expect("oracle");
-    let mut list: [&mut dyn Backend; 2] = [&mut oracle, &mut gpu];
-    let m = multi::run_lockstep(&g, &mut list, 0, &opts_for(&g)).expect("lockstep");
+    let m = session::run_lockstep(
+        &g,
+        vec![Box::new(&mut oracle), Box::new(&mut gpu)],
+        &opts_for(&g),
+    )
+    .expect("lockstep");
     let c = m.cross_summary(0);
     eprintln!("gpu (GPU tie rule) vs cpu: {c:?}");
     assert_eq!(c.compared, 443);

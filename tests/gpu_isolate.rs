@@ -6,7 +6,7 @@ use golden_lens::golden::Golden;
 use golden_lens::gpu::{test_context, GpuOptions};
 use golden_lens::model::{Backend, Step};
 use golden_lens::session::localize::{counterfactual, localize_with, Judge, RecordedRun};
-use golden_lens::session::multi::{self, triage_totals};
+use golden_lens::session::multi::triage_totals;
 use golden_lens::session::{self, CheckOptions, Mode, SessionError};
 use std::path::PathBuf;
 
@@ -163,11 +163,9 @@ fn triage_classifies_every_gpu_topk_disagreement_and_none_for_the_oracle() {
     oracle.diagnostics = true;
     let mut b = gpu(&g, false, None);
     let m = {
-        let mut list: [&mut dyn Backend; 2] = [&mut oracle, b.as_mut()];
-        multi::run_lockstep(
+        session::run_lockstep(
             &g,
-            &mut list,
-            0,
+            vec![Box::new(&mut oracle), Box::new(b.as_mut())],
             &CheckOptions {
                 invariants: Some(session::model_of(&g).expect("config").0),
                 ..CheckOptions::default()

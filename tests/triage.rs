@@ -3,10 +3,9 @@
 //! the oracle against itself has no disagreement at all.
 
 use golden_lens::golden::Golden;
-use golden_lens::model::Backend;
 use golden_lens::oracle::faults::{Fault, FaultKind, FaultPlan};
 use golden_lens::session::triage::TopkTriage;
-use golden_lens::session::{self, multi, CheckOptions};
+use golden_lens::session::{self, CheckOptions};
 use std::path::PathBuf;
 
 /// Every selection of an oracle with `faults` triaged against a clean oracle (with its
@@ -16,8 +15,12 @@ fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
     reference.diagnostics = true;
     let mut test = session::oracle_for(g).expect("oracle");
     test.faults = FaultPlan::new(faults);
-    let mut list: [&mut dyn Backend; 2] = [&mut reference, &mut test];
-    let mut m = multi::run_lockstep(g, &mut list, 0, &CheckOptions::default()).expect("lockstep");
+    let mut m = session::run_lockstep(
+        g,
+        vec![Box::new(&mut reference), Box::new(&mut test)],
+        &CheckOptions::default(),
+    )
+    .expect("lockstep");
     m.triage_cross.remove(0).1
 }
 

@@ -198,6 +198,7 @@ fn large_result(order: usize) -> CaptureResult {
         backend: name.into(),
         values: Arc::new(CaptureValues::F32(v)),
         vs_golden: None,
+        triage: None,
         budget: None,
         violations: Vec::new(),
     };

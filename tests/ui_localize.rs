@@ -185,7 +185,7 @@ fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
     for (regime, ids, start) in session::regime_inputs(g).expect("inputs") {
         reference.begin(&ids, start).expect("begin");
         test.begin(&ids, start).expect("begin");
-        state.begin();
+        state.begin_regime(&regime);
         for step in reference.steps() {
             let (mut rc, mut tc) = (Vec::new(), Vec::new());
             reference.run(step, &mut rc).expect("reference step");
@@ -328,7 +328,7 @@ fn a_gpu_test_backend_is_judged_by_the_gpu_policy() {
     let mut o = AppOptions::cpu_only();
     o.show_frame_time = false;
     o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
-        let reference = session::oracle_on(g, gguf)?;
+        let reference = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
         let gpu = session::gpu_for(g, gpu_opts()).map_err(|e| e.to_string())?;
         Ok(vec![
             Box::new(reference) as BoxedBackend,

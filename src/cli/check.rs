@@ -4,9 +4,14 @@
 use super::model::ModelParts;
 use anyhow::Context;
 use golden_lens::golden::Golden;
+use golden_lens::session::export::{write_atomic, Provenance};
+use golden_lens::session::multi::triage_json;
+use golden_lens::session::run::{KeepValues, RunRecord};
 use golden_lens::session::{self, CheckOptions, Mode};
+use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModeArg {
@@ -45,9 +50,15 @@ pub struct CheckArgs {
     /// Stop after this regime.
     #[arg(long)]
     pub regime: Option<String>,
-    /// Write the full report as JSON here.
+    /// Write the full report as JSON here: every backend's report against the golden (with
+    /// error budgets and top-k triage) and every later backend against the first.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write the failing captures here, exactly as the app's "Export failing…" does: both
+    /// sides' tensors, metrics and provenance, in the golden schema (loadable by `check
+    /// --golden` and the app), so a CI job can attach it and a developer open it locally.
+    #[arg(long, value_name = "OUT.json")]
+    pub export_failing: Option<PathBuf>,
     /// Print only failing rows and the summary.
     #[arg(long)]
     pub quiet: bool,
@@ -107,30 +118,106 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         stop_after_regime: args.regime.clone(),
         strict: args.strict,
         invariants: Some(session::model_of(&golden)?.0),
+        pin_from: None,
     };
-    let model = ModelParts::open(&golden, args.gguf.as_deref())?;
+    let model = super::model::open(&golden, args.gguf.as_deref())?;
     if args.repeat > 1 {
         determinism(&golden, &model, &args, backends)?;
     }
+    let golden = Arc::new(golden);
     match backends {
         Backends::Cpu => {
-            // A lockstep run of the oracle alone, so its index captures are triaged against the
-            // golden with the oracle's own scores.
-            let mut oracle = model.oracle();
-            oracle.diagnostics = true;
-            let multi = {
-                let mut list: [&mut dyn golden_lens::model::Backend; 1] = [&mut oracle];
-                session::multi::run_lockstep(&golden, &mut list, 0, &opts)?
-            };
-            let report = &multi.golden[0];
+            // The oracle alone, with its diagnostic scores, so its index captures are triaged
+            // against the golden.
+            let mut oracle = model.oracle_with_diagnostics();
+            let record = run_stepper(&golden, vec![Box::new(&mut oracle)], &opts)?;
+            let report = record.report(0);
             println!("golden:  {}", report.golden_source);
             println!("backend: cpu oracle ({} mode)", report.mode.label());
-            let triage = multi.triage_golden.first().map(|(_, l)| l.as_slice());
-            let ok = print_report(report, &args, triage, true)?;
+            let triage = record.triage_vs_reference(0);
+            let ok = print_report(&report, &args, Some(&triage))?;
+            if let Some(path) = &args.json {
+                let doc = json!({
+                    "ok": ok,
+                    "backends": [report_json(&record, 0)],
+                    "cross": [],
+                });
+                write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
+                println!("report written to {}", path.display());
+            }
+            export_failing(&golden, &record, &model, &args, None, ok)?;
+            println!("{}", summary_line(&report));
             Ok(exit(ok))
         }
         Backends::Gpu | Backends::CpuGpu => run_gpu(&golden, &model, &opts, &args, backends),
     }
+}
+
+/// Run the stepper over the golden and these backends and collect the run.
+fn run_stepper(
+    golden: &Arc<Golden>,
+    backends: Vec<session::StepBackend<'_>>,
+    opts: &CheckOptions,
+) -> anyhow::Result<RunRecord> {
+    let reference = Arc::new(session::GoldenReference::new(golden.clone())?);
+    let mut stepper = session::Stepper::new(reference, backends, opts.clone())?;
+    Ok(RunRecord::collect(&mut stepper, KeepValues::Failing)?)
+}
+
+/// Backend `i`'s report against the golden as JSON, with its top-k triage.
+fn report_json(record: &RunRecord, i: usize) -> serde_json::Value {
+    let mut v = record.report(i).to_json();
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert(
+            "topk_triage".into(),
+            triage_json(&record.triage_vs_reference(i)),
+        );
+    }
+    v
+}
+
+/// `--export-failing OUT`: the failing captures in the golden schema, as the app's "Export
+/// failing…" writes them (the same writer, the same results).
+fn export_failing(
+    golden: &Golden,
+    record: &RunRecord,
+    model: &ModelParts,
+    args: &CheckArgs,
+    adapter: Option<String>,
+    ok: bool,
+) -> anyhow::Result<()> {
+    let Some(path) = &args.export_failing else {
+        return Ok(());
+    };
+    let golden_hash = match &args.golden {
+        Some(p) => golden_lens::session::export::content_hash_hex(
+            &std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+        ),
+        None => golden_lens::session::export::content_hash_hex(
+            golden_lens::golden::embedded::DEFAULT_GOLDEN_JSON.as_bytes(),
+        ),
+    };
+    let provenance = Provenance {
+        golden_path: golden.source.display().to_string(),
+        golden_hash,
+        backends: record.backends.clone(),
+        adapter,
+        mode: record.mode,
+        strict: args.strict,
+        weights: model.gguf_path().map(str::to_string),
+    };
+    let n = golden_lens::session::export::write_failing_captures(
+        path,
+        golden,
+        &record.results,
+        &provenance,
+    )?;
+    println!(
+        "{n} failing captures written to {}{}",
+        path.display(),
+        if ok { " (none failed)" } else { "" }
+    );
+    Ok(())
 }
 
 /// `--repeat N`: fresh backends run N times; bitwise instability per capture.
@@ -177,21 +264,12 @@ fn gpu_backend_for_repeat(
     args: &CheckArgs,
 ) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
     use golden_lens::gpu::GpuOptions;
-    use golden_lens::model::BackendError;
-    use golden_lens::session::SessionError;
-    let fail = |msg: String| SessionError::Backend {
-        regime: "-".into(),
-        source: Box::new(BackendError::Invalid {
-            step: "gpu".into(),
-            msg,
-        }),
-    };
     let opts = GpuOptions {
         reference_ties: args.reference_ties,
         inject: None,
         tie_audit: false,
     };
-    Ok(Box::new(model.gpu(opts).map_err(|e| fail(e.to_string()))?))
+    Ok(Box::new(model.gpu(opts)?))
 }
 
 #[cfg(not(feature = "gpu"))]
@@ -199,18 +277,15 @@ fn gpu_backend_for_repeat(
     _model: &ModelParts,
     args: &CheckArgs,
 ) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
-    Err(golden_lens::session::SessionError::Golden {
-        source_path: "-".into(),
-        msg: format!(
-            "backend `{}` needs a build with the `gpu` feature",
-            args.backend
-        ),
+    Err(golden_lens::session::SessionError::Build {
+        backend: args.backend.clone(),
+        msg: "this build has no `gpu` feature".into(),
     })
 }
 
 #[cfg(not(feature = "gpu"))]
 fn run_gpu(
-    _golden: &Golden,
+    _golden: &Arc<Golden>,
     _model: &ModelParts,
     _opts: &CheckOptions,
     args: &CheckArgs,
@@ -224,14 +299,14 @@ fn run_gpu(
 
 #[cfg(feature = "gpu")]
 fn run_gpu(
-    golden: &Golden,
+    golden: &Arc<Golden>,
     model: &ModelParts,
     opts: &CheckOptions,
     args: &CheckArgs,
     backends: Backends,
 ) -> anyhow::Result<ExitCode> {
     use golden_lens::gpu::{GpuOptions, Injection};
-    use golden_lens::session::multi::{cross_json, triage_json, triage_totals};
+    use golden_lens::session::multi::{cross_json, triage_totals};
     let inject = args
         .inject
         .as_deref()
@@ -243,7 +318,8 @@ fn run_gpu(
         tie_audit: !args.reference_ties && backends == Backends::CpuGpu,
     };
     let mut gpu = model.gpu(gopts)?;
-    println!("adapter: {}", gpu.adapter());
+    let adapter = gpu.adapter().to_string();
+    println!("adapter: {adapter}");
     let ties = if args.reference_ties {
         "top-k on the host (torch-CPU tie rule)"
     } else {
@@ -253,7 +329,8 @@ fn run_gpu(
         println!("inject:  {i}");
     }
     if backends == Backends::Gpu {
-        let report = session::run_check(golden, &mut gpu, opts)?;
+        let record = run_stepper(golden, vec![Box::new(&mut gpu)], opts)?;
+        let report = record.report(0);
         println!("golden:  {}", report.golden_source);
         println!("backend: gpu ({} mode; {ties})", report.mode.label());
         println!(
@@ -261,18 +338,32 @@ fn run_gpu(
             gpu.dispatch_count(),
             gpu.run_seconds
         );
-        let ok = print_report(&report, args, None, true)?;
+        let ok = print_report(&report, args, None)?;
+        if let Some(path) = &args.json {
+            let doc = json!({
+                "adapter": adapter,
+                "top_k": ties,
+                "ok": ok,
+                "backends": [report.to_json()],
+                "cross": [],
+            });
+            write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
+            println!("report written to {}", path.display());
+        }
+        export_failing(golden, &record, model, args, Some(adapter), ok)?;
+        println!("{}", summary_line(&report));
         return Ok(exit(ok));
     }
-    let mut oracle = model.oracle();
     // The oracle's own scores let the triage classify every top-k disagreement.
-    oracle.diagnostics = true;
+    let mut oracle = model.oracle_with_diagnostics();
     let t0 = std::time::Instant::now();
-    let multi = {
-        let mut list: [&mut dyn golden_lens::model::Backend; 2] = [&mut oracle, &mut gpu];
-        session::multi::run_lockstep(golden, &mut list, 0, opts)?
-    };
+    let record = run_stepper(
+        golden,
+        vec![Box::new(&mut oracle), Box::new(&mut gpu)],
+        opts,
+    )?;
     let total_s = t0.elapsed().as_secs_f64();
+    let multi = record.multi();
     let mut ok = true;
     for (i, report) in multi.golden.iter().enumerate() {
         println!(
@@ -282,7 +373,8 @@ fn run_gpu(
         );
         println!("golden:  {}", report.golden_source);
         let triage = multi.triage_golden.get(i).map(|(_, l)| l.as_slice());
-        ok &= print_report(report, args, triage, false)?;
+        ok &= print_report(report, args, triage)?;
+        println!("{}", summary_line(report));
     }
     println!("== gpu against the cpu oracle (GPU policy; {ties}) ==");
     println!(
@@ -340,31 +432,22 @@ fn run_gpu(
         .map_or(0, |(_, l)| triage_totals(l).real);
     ok &= c.failed == 0 && c.missing == 0 && real == 0;
     if let Some(path) = &args.json {
-        let backends_json: Vec<serde_json::Value> = multi
-            .golden
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let mut v = r.to_json();
-                if let (Some((_, l)), serde_json::Value::Object(m)) =
-                    (multi.triage_golden.get(i), &mut v)
-                {
-                    m.insert("topk_triage".into(), triage_json(l));
-                }
-                v
-            })
-            .collect();
-        let doc = serde_json::json!({
-            "adapter": gpu.adapter().to_string(),
+        let doc = json!({
+            "adapter": adapter,
             "top_k": ties,
             "ok": ok,
-            "backends": backends_json,
+            "backends": (0..record.backends.len()).map(|i| report_json(&record, i)).collect::<Vec<_>>(),
             "cross": (0..multi.cross.len()).map(|i| cross_json(&multi, i)).collect::<Vec<_>>(),
         });
         write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!("report written to {}", path.display());
     }
+    export_failing(golden, &record, model, args, Some(adapter), ok)?;
     println!("overall: {}", if ok { "pass" } else { "FAIL" });
+    let g = &multi.golden;
+    let passed: usize = g.iter().map(|r| r.summary().passed).sum();
+    let failed: usize = g.iter().map(|r| r.summary().failed).sum::<usize>() + c.failed + c.missing;
+    println!("{} passed, {} failed", passed + c.within_policy, failed);
     Ok(exit(ok))
 }
 
@@ -412,13 +495,11 @@ fn exit(ok: bool) -> ExitCode {
 }
 
 /// Print one backend's golden report (rows with their error budgets, missing, invariants, the
-/// top-k triage when given, the summary); write it as JSON when `write_json` and `--json` ask.
-/// True when it passed.
+/// top-k triage when given). True when it passed.
 fn print_report(
     report: &session::Report,
     args: &CheckArgs,
     triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
-    write_json: bool,
 ) -> anyhow::Result<bool> {
     println!(
         "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9} {:>10} {:>8}  verdict",
@@ -508,36 +589,11 @@ fn print_report(
     if let Some(f) = report.first_failure() {
         println!("first failure: {} {} ({})", f.regime, f.name, f.step);
     }
-    if let (true, Some(path)) = (write_json, &args.json) {
-        let mut v = report.to_json();
-        if let (Some(list), serde_json::Value::Object(m)) = (triage, &mut v) {
-            m.insert(
-                "topk_triage".into(),
-                golden_lens::session::multi::triage_json(list),
-            );
-        }
-        write_atomic(path, &serde_json::to_vec_pretty(&v)?)?;
-        println!("report written to {}", path.display());
-    }
-    println!("{} passed, {} failed", s.passed, s.failed);
     Ok(report.ok())
 }
 
-/// Write `bytes` to `path` through a temporary file in the same directory and a rename, so a
-/// reader never sees a half-written file.
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path.file_name().context("output path has no file name")?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+/// The closing `N passed, M failed` line of a report.
+fn summary_line(report: &session::Report) -> String {
+    let s = report.summary();
+    format!("{} passed, {} failed", s.passed, s.failed)
 }

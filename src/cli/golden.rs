@@ -44,7 +44,7 @@ fn write(fixture: &Path, out: &Path, full: &str) -> anyhow::Result<ExitCode> {
     let golden = Golden::load(fixture)?;
     let mut oracle = golden_lens::session::oracle_for(&golden)?;
     let text = write_golden(&golden, &mut oracle, &full)?;
-    crate::cli::check::write_atomic(out, text.as_bytes())?;
+    golden_lens::session::export::write_atomic(out, text.as_bytes())?;
     let written = Golden::load(out).with_context(|| format!("re-reading {}", out.display()))?;
     println!(
         "wrote {} ({} bytes, {} captures in {} regimes)",

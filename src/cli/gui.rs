@@ -69,22 +69,18 @@ fn backends(
     with_gpu: bool,
 ) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
     use golden_lens::session::controller::BoxedBackend;
-    let (cfg, tables, weights) = golden_lens::session::run_model(g, gguf)?;
-    let mut oracle = golden_lens::oracle::Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+    let model =
+        golden_lens::session::builder::ModelParts::open(g, gguf).map_err(|e| e.to_string())?;
     // The reference's own scores let the app triage every top-k disagreement.
-    oracle.diagnostics = true;
-    let mut out = vec![Box::new(oracle) as BoxedBackend];
+    let mut out = vec![Box::new(model.oracle_with_diagnostics()) as BoxedBackend];
     #[cfg(feature = "gpu")]
     if with_gpu {
-        use golden_lens::gpu::{GpuBackend, GpuContext, GpuOptions};
-        let ctx = GpuContext::new().map_err(|e| e.to_string())?;
-        let opts = GpuOptions {
+        let opts = golden_lens::gpu::GpuOptions {
             reference_ties: true,
             inject: None,
             tie_audit: false,
         };
-        let gpu = GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| e.to_string())?;
-        out.push(Box::new(gpu) as BoxedBackend);
+        out.push(Box::new(model.gpu(opts).map_err(|e| e.to_string())?) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]
     let _ = with_gpu;

@@ -71,7 +71,7 @@ pub fn run(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
     if !on_gpu && (args.inject.is_some() || args.reference_ties) {
         anyhow::bail!("--inject and --reference-ties apply to --backend gpu");
     }
-    let model = ModelParts::open(&golden, args.gguf.as_deref())?;
+    let model = super::model::open(&golden, args.gguf.as_deref())?;
     let mut reference = model.oracle();
     let recorded = RecordedRun::record(&golden, &mut reference)?;
     let mut make = test_backend(&model, &args, faults.clone(), on_gpu)?;
@@ -136,7 +136,6 @@ fn test_backend<'a>(
 #[cfg(feature = "gpu")]
 fn gpu_factory<'a>(model: &'a ModelParts, args: &LocalizeArgs) -> anyhow::Result<MakeBackend<'a>> {
     use golden_lens::gpu::{GpuOptions, Injection};
-    use golden_lens::model::BackendError;
     let inject = args
         .inject
         .as_deref()
@@ -149,14 +148,7 @@ fn gpu_factory<'a>(model: &'a ModelParts, args: &LocalizeArgs) -> anyhow::Result
             inject: inject.clone(),
             tie_audit: false,
         };
-        let gpu = model.gpu(opts).map_err(|e| SessionError::Backend {
-            regime: "-".into(),
-            source: Box::new(BackendError::Invalid {
-                step: "gpu".into(),
-                msg: e.to_string(),
-            }),
-        })?;
-        Ok(Box::new(gpu) as Box<dyn Backend>)
+        Ok(Box::new(model.gpu(opts)?) as Box<dyn Backend>)
     }))
 }
 

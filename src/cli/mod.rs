@@ -63,6 +63,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 only: None,
                 regime: None,
                 json: None,
+                export_failing: None,
                 quiet: true,
                 strict: false,
                 repeat: 1,

@@ -1,6 +1,8 @@
 //! Tolerance policies as named data (spec §17.1). These are the Atlas bars: what a golden
 //! comparison must meet to pass. The comparator also reports a stricter bit-exact verdict,
-//! which is information, not a pass criterion.
+//! which is information, not a pass criterion. The backend-against-backend policies (a GPU or an
+//! imported engine against the CPU oracle) live here too, with their reasons: [`policy_against`]
+//! is the one table every verdict of a run comes from.
 
 use super::names::{capture_kind, CaptureKind};
 
@@ -158,6 +160,87 @@ pub fn strict_policy_for_capture(name: &str, is_int: bool) -> Policy {
     }
 }
 
+/// A backend against another backend (the GPU, or an imported engine, against the CPU oracle),
+/// bf16 captures: two bf16 ulps at the largest reference magnitude over the whole tensor and
+/// `BF16_CK_REL` on the checksum. GEMMs on the GPU use exact products and a pair accumulator, so
+/// they match the oracle's f64 sums; what remains comes from WGSL `exp`/`sqrt` (not correctly
+/// rounded), which move f32 values by an ulp and flip a bf16 rounding now and then, and from the
+/// chained propagation of such flips.
+pub const BACKEND_POLICY_BF16: Policy = Policy {
+    name: "gpu-bf16",
+    element_tol: ElementTol::Bf16Sampled,
+    ck_rel: BF16_CK_REL,
+    exact: false,
+    row_sets: false,
+};
+
+/// A backend against the oracle, f32 chains (hc mixes, pre-mix, routing weights): `F32_TOL`
+/// absolute, as the Atlas bar, for the same transcendental noise through Sinkhorn and softplus.
+pub const BACKEND_POLICY_F32: Policy = Policy {
+    name: "gpu-f32",
+    element_tol: ElementTol::Abs(F32_TOL),
+    ck_rel: F32_TOL,
+    exact: false,
+    row_sets: false,
+};
+
+/// A backend against the oracle, integer captures: equality. A disagreement that only the
+/// backend's own top-k tie rule explains is classified apart as a tie flip by the stepper.
+pub const BACKEND_POLICY_INT: Policy = Policy {
+    name: "gpu-exact",
+    element_tol: ElementTol::Abs(EXACT),
+    ck_rel: EXACT,
+    exact: true,
+    row_sets: true,
+};
+
+/// The policy for a capture of one backend against another (full tensors, every element):
+/// `logits_full` takes the bf16 rule (its input is bf16, as Atlas treats it), f32 chains
+/// `F32_TOL`, integers equality, everything else the bf16 rule.
+pub fn backend_policy_for_capture(name: &str, is_int: bool) -> Policy {
+    if name == "logits_full" {
+        return BACKEND_POLICY_BF16;
+    }
+    match capture_kind(name) {
+        CaptureKind::F32 => BACKEND_POLICY_F32,
+        k if k.is_int() => BACKEND_POLICY_INT,
+        CaptureKind::Other if is_int => BACKEND_POLICY_INT,
+        _ => BACKEND_POLICY_BF16,
+    }
+}
+
+/// What a capture is compared with: the row of the one policy table every verdict of a run
+/// comes from (the CLI and the app both ask here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Against {
+    /// A recorded reference (a golden, a recorded oracle run) under the Atlas bars.
+    Reference,
+    /// A recorded reference under the strict bars (bf16 bit-exact).
+    ReferenceStrict,
+    /// Another backend's full tensor (a backend against the CPU oracle).
+    Backend,
+}
+
+impl Against {
+    /// The reference row for a run with or without `--strict`.
+    pub fn reference(strict: bool) -> Against {
+        if strict {
+            Against::ReferenceStrict
+        } else {
+            Against::Reference
+        }
+    }
+}
+
+/// The policy of the table for a capture compared `against` something.
+pub fn policy_against(against: Against, name: &str, is_int: bool) -> Policy {
+    match against {
+        Against::Reference => policy_for_capture(name, is_int),
+        Against::ReferenceStrict => strict_policy_for_capture(name, is_int),
+        Against::Backend => backend_policy_for_capture(name, is_int),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +264,24 @@ mod tests {
         assert_eq!(policy_for_capture("mystery", true).name, "exact");
         assert_eq!(policy_for_capture("mystery", false).name, "bf16");
         assert_eq!(POLICY_F32.element_tol_for(&[100.0]), F32_TOL);
+    }
+
+    #[test]
+    fn backend_policies_by_name() {
+        let b = |n, i| policy_against(Against::Backend, n, i).name;
+        assert_eq!(b("L0.attn_in", false), "gpu-bf16");
+        assert_eq!(b("L0.attn_comb", false), "gpu-f32");
+        assert_eq!(b("logits_full", false), "gpu-bf16");
+        assert_eq!(b("L3.sa_topk_idxs", true), "gpu-exact");
+        assert_eq!(b("shared.L4.candidates", true), "gpu-exact");
+        assert_eq!(b("mystery", true), "gpu-exact");
+        assert_eq!(
+            policy_against(Against::ReferenceStrict, "L0.attn_in", false).name,
+            "bf16-bit-exact"
+        );
+        assert_eq!(
+            policy_against(Against::Reference, "L0.attn_in", false).name,
+            "bf16"
+        );
     }
 }

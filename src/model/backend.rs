@@ -195,3 +195,30 @@ pub trait Backend {
         reference: &dyn SeedTensors,
     ) -> Result<Vec<String>, BackendError>;
 }
+
+/// A borrowed backend is a backend: the stepper can drive `&mut oracle` while the caller keeps
+/// the concrete value (for its timings and counters afterwards).
+impl<B: Backend + ?Sized> Backend for &mut B {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
+        (**self).begin(ids, start_pos)
+    }
+    fn steps(&self) -> Vec<Step> {
+        (**self).steps()
+    }
+    fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        (**self).run(step, sink)
+    }
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        (**self).pin(pins)
+    }
+    fn seed(
+        &mut self,
+        step: Step,
+        reference: &dyn SeedTensors,
+    ) -> Result<Vec<String>, BackendError> {
+        (**self).seed(step, reference)
+    }
+}

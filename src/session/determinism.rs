@@ -3,10 +3,12 @@
 //! against a reference. Non-deterministic reductions (atomics, racy workgroups, unordered
 //! accumulation) show up here even when every run is within tolerance.
 
-use super::{regime_inputs, SessionError};
+use super::reference::{RegimeTokens, TokensReference};
+use super::{model_of, regime_inputs, CheckOptions, SessionError, Stepper};
 use crate::golden::Golden;
 use crate::model::{Backend, CaptureValues};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A capture whose bits changed between runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,52 +38,55 @@ fn bits(v: &CaptureValues) -> Vec<u64> {
     }
 }
 
-/// Run fresh backends from `make` `runs` times (at least 2) through every regime of `golden`.
+/// Run fresh backends from `make` `runs` times (at least 2) through every regime of `golden`
+/// (each run a stepper with the backend as the live reference over the golden's tokens: no
+/// comparison is needed to see bits change).
 pub fn repeat_runs(
     golden: &Golden,
     make: &mut dyn FnMut() -> Result<Box<dyn Backend>, SessionError>,
     runs: usize,
 ) -> Result<Determinism, SessionError> {
-    let inputs = regime_inputs(golden)?;
+    let tokens = Arc::new(TokensReference {
+        label: golden.source.display().to_string(),
+        config: model_of(golden)?.0,
+        regimes: regime_inputs(golden)?
+            .into_iter()
+            .map(|(name, ids, _)| (name, RegimeTokens::Given(ids)))
+            .collect(),
+    });
     let mut first: BTreeMap<(usize, String), Vec<u64>> = BTreeMap::new();
     let mut found: BTreeMap<(usize, String), Instability> = BTreeMap::new();
     for run in 0..runs.max(2) {
-        let mut b = make()?;
-        for (ri, (regime, ids, start)) in inputs.iter().enumerate() {
-            let berr = |source| SessionError::Backend {
-                regime: regime.clone(),
-                source: Box::new(source),
-            };
-            b.begin(ids, *start).map_err(berr)?;
-            for step in b.steps() {
-                let mut out = Vec::new();
-                b.run(step, &mut out).map_err(berr)?;
-                for c in out {
-                    let key = (ri, c.name.clone());
-                    let now = bits(&c.values);
-                    if run == 0 {
-                        first.insert(key, now);
-                        continue;
-                    }
-                    let Some(base) = first.get(&key) else {
-                        continue;
-                    };
-                    let diff: Vec<usize> = (0..base.len().max(now.len()))
-                        .filter(|&i| base.get(i) != now.get(i))
-                        .collect();
-                    if diff.is_empty() {
-                        continue;
-                    }
-                    let e = found.entry(key).or_insert_with(|| Instability {
-                        regime: regime.clone(),
-                        capture: c.name.clone(),
-                        runs_differing: 0,
-                        max_elements_differing: 0,
-                        first_index: diff[0],
-                    });
-                    e.runs_differing += 1;
-                    e.max_elements_differing = e.max_elements_differing.max(diff.len());
+        let mut stepper = Stepper::new(tokens.clone(), vec![make()?], CheckOptions::default())?;
+        while let Some(o) = stepper.next_step()? {
+            for r in &o.results {
+                let Some(side) = r.per_backend.first() else {
+                    continue;
+                };
+                let key = (o.regime_index, r.name.clone());
+                let now = bits(&side.values);
+                if run == 0 {
+                    first.insert(key, now);
+                    continue;
                 }
+                let Some(base) = first.get(&key) else {
+                    continue;
+                };
+                let diff: Vec<usize> = (0..base.len().max(now.len()))
+                    .filter(|&i| base.get(i) != now.get(i))
+                    .collect();
+                if diff.is_empty() {
+                    continue;
+                }
+                let e = found.entry(key).or_insert_with(|| Instability {
+                    regime: o.regime.clone(),
+                    capture: r.name.clone(),
+                    runs_differing: 0,
+                    max_elements_differing: 0,
+                    first_index: diff[0],
+                });
+                e.runs_differing += 1;
+                e.max_elements_differing = e.max_elements_differing.max(diff.len());
             }
         }
     }

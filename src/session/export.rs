@@ -4,7 +4,7 @@
 //! `golden_lens` object the loader ignores; one capture also exports as a NumPy `.npy` file.
 //! Every write goes through a temporary file and a rename, so a reader never sees half a file.
 
-use super::controller::CaptureResult;
+use super::results::CaptureResult;
 use super::Mode;
 use crate::golden::compare::Comparison;
 use crate::golden::schema::TOP_GOLDEN_LENS;
@@ -317,6 +317,7 @@ mod tests {
                 backend: "cpu".into(),
                 values: Arc::new(CaptureValues::F32(full)),
                 vs_golden: Some(cmp),
+                triage: None,
                 budget: None,
                 violations: Vec::new(),
             }],

@@ -6,89 +6,71 @@
 //! The reference is the oracle's full tensors (bit-exact with the golden), so this works on
 //! sampled goldens too.
 
-use super::{model_of, regime_inputs, SessionError};
-use crate::golden::compare::{compare_full, Values};
-use crate::golden::policy::{policy_for_capture, strict_policy_for_capture};
+use super::lockstep::{StepBackend, Stepper};
+use super::reference::{RecordedRegime, RegimeTokens, SharedReference, TokensReference};
+use super::results::CaptureResult;
+use super::{model_of, regime_inputs, CheckOptions, Mode, SessionError};
+use crate::golden::compare::compare_full;
+use crate::golden::policy::{policy_against, policy_for_capture, Against};
 use crate::golden::Golden;
-use crate::model::{Backend, Capture, CaptureValues, SeedTensors, Step};
+use crate::model::{Backend, CaptureValues, Step};
+use crate::oracle::faults::{Fault, FaultPlan};
 use std::collections::HashMap;
+use std::sync::Arc;
 
-/// The oracle's full captures of every regime of a golden: the reference for localisation.
-pub struct RecordedRun {
-    /// Per regime: name, start position and captures by name.
-    pub regimes: Vec<(String, usize, HashMap<String, Capture>)>,
-}
+pub use super::reference::RecordedRun;
 
 impl RecordedRun {
-    /// Record `reference` (normally the oracle) over the golden's regimes.
+    /// Record `reference` (normally the oracle) over the golden's regimes: the stepper runs it as
+    /// the live reference over the golden's tokens and keeps every full capture.
     pub fn record(
         golden: &Golden,
         reference: &mut dyn Backend,
     ) -> Result<RecordedRun, SessionError> {
-        let mut regimes = Vec::new();
-        for (name, ids, start) in regime_inputs(golden)? {
-            let berr = |source| SessionError::Backend {
-                regime: name.clone(),
-                source: Box::new(source),
+        let config = model_of(golden)?.0;
+        let inputs = regime_inputs(golden)?;
+        let tokens = TokensReference {
+            label: golden.source.display().to_string(),
+            config: config.clone(),
+            regimes: inputs
+                .iter()
+                .map(|(name, ids, _)| (name.clone(), RegimeTokens::Given(ids.clone())))
+                .collect(),
+        };
+        let mut regimes: Vec<RecordedRegime> = inputs
+            .into_iter()
+            .map(|(name, ids, start_pos)| RecordedRegime {
+                name,
+                start_pos,
+                ids,
+                captures: HashMap::new(),
+            })
+            .collect();
+        let mut stepper = Stepper::new(
+            Arc::new(tokens),
+            vec![Box::new(reference)],
+            CheckOptions::default(),
+        )?;
+        while let Some(o) = stepper.next_step()? {
+            let Some(regime) = regimes.get_mut(o.regime_index) else {
+                continue;
             };
-            reference.begin(&ids, start).map_err(berr)?;
-            let mut caps = HashMap::new();
-            for step in reference.steps() {
-                let mut out = Vec::new();
-                reference.run(step, &mut out).map_err(berr)?;
-                for c in out {
-                    caps.insert(c.name.clone(), c);
+            for r in &o.results {
+                if let Some(c) = r.capture_of(0) {
+                    regime.captures.insert(c.name.clone(), c);
                 }
             }
-            regimes.push((name, start, caps));
         }
-        Ok(RecordedRun { regimes })
-    }
-
-    fn seeds(&self, current: usize) -> RecordedSeeds<'_> {
-        RecordedSeeds { run: self, current }
-    }
-}
-
-/// Seeds from a recorded run, as seen from regime `current`.
-pub struct RecordedSeeds<'a> {
-    run: &'a RecordedRun,
-    current: usize,
-}
-
-impl RecordedSeeds<'_> {
-    fn get(&self, back: usize, name: &str) -> Option<&Capture> {
-        self.run
-            .regimes
-            .get(self.current.checked_sub(back)?)?
-            .2
-            .get(name)
-    }
-}
-
-impl SeedTensors for RecordedSeeds<'_> {
-    fn earlier_regimes(&self) -> usize {
-        self.current
-    }
-    fn start_pos(&self, back: usize) -> Option<usize> {
-        Some(self.run.regimes.get(self.current.checked_sub(back)?)?.1)
-    }
-    fn full_f32(&self, back: usize, name: &str) -> Option<Vec<f32>> {
-        match &self.get(back, name)?.values {
-            CaptureValues::F32(v) => Some(v.clone()),
-            CaptureValues::I64(_) => None,
-        }
-    }
-    fn full_i64(&self, back: usize, name: &str) -> Option<Vec<i64>> {
-        match &self.get(back, name)?.values {
-            CaptureValues::I64(v) => Some(v.clone()),
-            CaptureValues::F32(_) => None,
-        }
+        Ok(RecordedRun {
+            regimes,
+            config: Some(config),
+            label: format!("{} (recorded reference run)", golden.source.display()),
+        })
     }
 }
 
 /// Captures a step emits that are its *inputs* (the stream it was handed), not its outputs.
-pub fn is_step_input(name: &str) -> bool {
+pub fn is_input_capture(name: &str) -> bool {
     name == "input_ids"
         || name.ends_with(".h_in")
         || name.ends_with(".pre_mix_in")
@@ -156,7 +138,7 @@ pub enum Judge {
     Strict,
     /// The Atlas bars.
     Atlas,
-    /// The GPU policy against the oracle (`multi::gpu_policy_for_capture`): a GPU backend's
+    /// The backend-against-oracle policy (`golden::policy::backend_policy_for_capture`): a GPU backend's
     /// ulp-level transcendental noise is not a divergence.
     Gpu,
 }
@@ -171,36 +153,33 @@ impl Judge {
     }
 }
 
-/// `(ratio, breaks, worst multi-index)` of a capture against the reference's full tensor: the
-/// ratio is the worst error over the Atlas tolerance (finite and comparable across steps, so the
-/// gain means something); `breaks` applies the chosen judge.
+/// `(ratio, breaks, worst multi-index)` of backend `side`'s tensor of a result against the
+/// recorded reference's: the ratio is the worst error over the Atlas tolerance (finite and
+/// comparable across steps, so the gain means something); `breaks` applies the chosen judge.
 fn ratio_vs(
-    reference: &HashMap<String, Capture>,
-    c: &Capture,
+    reference: &RecordedRun,
+    regime: usize,
+    r: &CaptureResult,
+    side: usize,
     judge: Judge,
 ) -> Option<(f64, bool, Vec<usize>)> {
-    let r = reference.get(&c.name)?;
-    let is_int = matches!(c.values, CaptureValues::I64(_));
-    fn v(x: &CaptureValues) -> Values<'_> {
-        match x {
-            CaptureValues::F32(v) => Values::F32(v),
-            CaptureValues::I64(v) => Values::I64(v),
-        }
-    }
+    let rc = reference.get(regime, &r.name)?;
+    let got = &r.per_backend.get(side)?.values;
+    let is_int = matches!(**got, CaptureValues::I64(_));
     let atlas = compare_full(
-        v(&c.values),
-        v(&r.values),
-        &r.shape,
-        &policy_for_capture(&c.name, is_int),
+        (&**got).into(),
+        (&rc.values).into(),
+        &rc.shape,
+        &policy_for_capture(&r.name, is_int),
     );
     let other = match judge {
         Judge::Atlas => None,
-        Judge::Strict => Some(strict_policy_for_capture(&c.name, is_int)),
-        Judge::Gpu => Some(super::multi::gpu_policy_for_capture(&c.name, is_int)),
+        Judge::Strict => Some(policy_against(Against::ReferenceStrict, &r.name, is_int)),
+        Judge::Gpu => Some(policy_against(Against::Backend, &r.name, is_int)),
     };
     let breaks = match other {
         None => !atlas.pass,
-        Some(p) => !compare_full(v(&c.values), v(&r.values), &r.shape, &p).pass,
+        Some(p) => !compare_full((&**got).into(), (&rc.values).into(), &rc.shape, &p).pass,
     };
     // Integer captures are exact-or-not: their error/1e-12 ratio would swamp every float ratio,
     // so they count 1 when they differ (top-k triage explains them) and 0 otherwise.
@@ -236,7 +215,24 @@ pub fn localize(
     localize_with(golden, reference, make_test, Judge::from_strict(strict))
 }
 
-/// [`localize`] with an explicit judge (e.g. [`Judge::Gpu`] for a GPU test backend).
+/// A stepper of one backend against a recorded run.
+fn stepper_on<'a>(
+    reference: &SharedReference,
+    backend: StepBackend<'a>,
+    mode: Mode,
+    pin_from: Option<usize>,
+) -> Result<Stepper<'a>, SessionError> {
+    let opts = CheckOptions {
+        mode,
+        pin_from,
+        ..Default::default()
+    };
+    Stepper::new(reference.clone(), vec![backend], opts)
+}
+
+/// [`localize`] with an explicit judge (e.g. [`Judge::Gpu`] for a GPU test backend). Two
+/// steppers run the test backend against the recorded run side by side, one chained and one
+/// isolated (reseeded from the recording before every step).
 pub fn localize_with(
     golden: &Golden,
     reference: &RecordedRun,
@@ -244,82 +240,72 @@ pub fn localize_with(
     judge: Judge,
 ) -> Result<Localization, SessionError> {
     let _ = model_of(golden)?;
-    let mut chained = make_test()?;
-    let mut isolated = make_test()?;
+    let shared: SharedReference = Arc::new(reference.clone());
+    let mut chained = stepper_on(&shared, make_test()?, Mode::Chained, None)?;
+    let mut isolated = stepper_on(&shared, make_test()?, Mode::Isolated, None)?;
     let mut steps = Vec::new();
-    for (ri, (regime, start, refcaps)) in reference.regimes.iter().enumerate() {
-        let ids = match refcaps.get("input_ids").map(|c| &c.values) {
-            Some(CaptureValues::I64(v)) => v.clone(),
-            _ => continue,
+    let mut prev_chained = 0f64;
+    let mut regime = None;
+    while let Some(c) = chained.next_step()? {
+        let Some(i) = isolated.next_step()? else {
+            break;
         };
-        let berr = |source| SessionError::Backend {
-            regime: regime.clone(),
-            source: Box::new(source),
-        };
-        chained.begin(&ids, *start).map_err(berr)?;
-        isolated.begin(&ids, *start).map_err(berr)?;
-        let seeds = reference.seeds(ri);
-        let mut prev_chained = 0f64;
-        for step in chained.steps() {
-            let mut c_out = Vec::new();
-            chained.run(step, &mut c_out).map_err(berr)?;
-            isolated.seed(step, &seeds).map_err(berr)?;
-            let mut i_out = Vec::new();
-            isolated.run(step, &mut i_out).map_err(berr)?;
-            let (mut input_ratio, mut chained_ratio, mut local_ratio) = (0f64, 0f64, 0f64);
-            let (mut worst_capture, mut worst_location) = (String::new(), String::new());
-            let mut has_inputs = false;
-            for c in c_out.iter().filter(|c| !c.is_diagnostic()) {
-                if let Some((r, _, _)) = ratio_vs(refcaps, c, judge) {
-                    if is_step_input(&c.name) {
-                        has_inputs = true;
-                        input_ratio = input_ratio.max(r);
-                    } else {
-                        chained_ratio = chained_ratio.max(r);
-                    }
-                }
-            }
-            if !has_inputs {
-                // Final and the id steps emit no input capture: they are handed what the previous
-                // step of this regime produced (nothing before the first step).
-                input_ratio = prev_chained;
-            }
-            prev_chained = chained_ratio;
-            // The step's local error is its worst output; the capture named is the first one (in
-            // execution order) that breaks its tolerance, where the error is born, else the worst.
-            let mut breaks = false;
-            for c in i_out
-                .iter()
-                .filter(|c| !c.is_diagnostic() && !is_step_input(&c.name))
-            {
-                if let Some((r, b, idx)) = ratio_vs(refcaps, c, judge) {
-                    if !breaks && (b || r > local_ratio) {
-                        worst_capture = c.name.clone();
-                        worst_location = describe_location(&c.name, &c.shape, &idx);
-                    }
-                    breaks |= b;
-                    local_ratio = local_ratio.max(r);
-                }
-            }
-            let gain = if input_ratio > 0.0 {
-                chained_ratio / input_ratio
-            } else if chained_ratio > 0.0 {
-                f64::INFINITY
-            } else {
-                0.0
-            };
-            steps.push(StepError {
-                regime: regime.clone(),
-                step,
-                input_ratio,
-                chained_ratio,
-                local_ratio,
-                local_breaks: breaks,
-                gain,
-                worst_capture,
-                worst_location,
-            });
+        if regime != Some(c.regime_index) {
+            // A new forward: its first step is handed nothing but its tokens.
+            regime = Some(c.regime_index);
+            prev_chained = 0.0;
         }
+        let ri = c.regime_index;
+        let (mut input_ratio, mut chained_ratio, mut local_ratio) = (0f64, 0f64, 0f64);
+        let (mut worst_capture, mut worst_location) = (String::new(), String::new());
+        let mut has_inputs = false;
+        for r in &c.results {
+            if let Some((x, _, _)) = ratio_vs(reference, ri, r, 0, judge) {
+                if is_input_capture(&r.name) {
+                    has_inputs = true;
+                    input_ratio = input_ratio.max(x);
+                } else {
+                    chained_ratio = chained_ratio.max(x);
+                }
+            }
+        }
+        if !has_inputs {
+            // Final and the id steps emit no input capture: they are handed what the previous
+            // step of this regime produced (nothing before the first step).
+            input_ratio = prev_chained;
+        }
+        prev_chained = chained_ratio;
+        // The step's local error is its worst output; the capture named is the first one (in
+        // execution order) that breaks its tolerance, where the error is born, else the worst.
+        let mut breaks = false;
+        for r in i.results.iter().filter(|r| !is_input_capture(&r.name)) {
+            if let Some((x, b, idx)) = ratio_vs(reference, ri, r, 0, judge) {
+                if !breaks && (b || x > local_ratio) {
+                    worst_capture = r.name.clone();
+                    worst_location = describe_location(&r.name, &r.shape, &idx);
+                }
+                breaks |= b;
+                local_ratio = local_ratio.max(x);
+            }
+        }
+        let gain = if input_ratio > 0.0 {
+            chained_ratio / input_ratio
+        } else if chained_ratio > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
+        steps.push(StepError {
+            regime: c.regime,
+            step: c.step,
+            input_ratio,
+            chained_ratio,
+            local_ratio,
+            local_breaks: breaks,
+            gain,
+            worst_capture,
+            worst_location,
+        });
     }
     let first_local_divergence = steps.iter().position(|s| s.local_breaks);
     Ok(Localization {
@@ -334,9 +320,10 @@ pub fn table(l: &Localization) -> String {
         "{:<10} {:<12} {:>10} {:>10} {:>10} {:>9}  worst local element\n",
         "regime", "step", "input", "chained", "local", "gain"
     );
-    for e in l.steps.iter().filter(|e| {
+    let shown = l.steps.iter().filter(|e| {
         e.input_ratio > 0.0 || e.chained_ratio > 0.0 || e.local_ratio > 0.0 || e.local_breaks
-    }) {
+    });
+    for e in shown {
         s.push_str(&format!(
             "{:<10} {:<12} {:>10.3e} {:>10.3e} {:>10.3e} {:>9.2}  {} {}\n",
             e.regime,
@@ -375,71 +362,36 @@ pub struct Counterfactual {
     pub verdict: String,
 }
 
-fn pins_for(
-    regime: &HashMap<String, Capture>,
-    cfg: &crate::model::ModelConfig,
-    from_layer: usize,
-) -> crate::model::Pins {
-    let mut pins = crate::model::Pins::default();
-    for l in from_layer..cfg.n_layers {
-        if let Some(CaptureValues::I64(v)) =
-            regime.get(&format!("L{l}.moe_indices")).map(|c| &c.values)
-        {
-            pins.moe_indices.insert(l, v.clone());
-        }
-        if cfg.index_source_layers.contains(&l) {
-            if let Some(CaptureValues::I64(v)) = regime
-                .get(&format!("shared.L{l}.topk_idxs"))
-                .map(|c| &c.values)
-            {
-                pins.topk_idxs.insert(l, v.clone());
-            }
-        }
-    }
-    pins
-}
-
+/// The worst chained Atlas ratio of a fresh test backend's outputs from `Block(pin_from)` on
+/// (and `Final` after it), pinned from `from_layer` when given; and whether it accepted the pins.
 fn downstream_ratio(
-    reference: &RecordedRun,
-    backend: &mut dyn Backend,
-    cfg: &crate::model::ModelConfig,
+    reference: &SharedReference,
+    recorded: &RecordedRun,
+    backend: StepBackend<'_>,
     from_layer: Option<usize>,
     pin_from: usize,
 ) -> Result<(f64, bool), SessionError> {
+    let mut stepper = stepper_on(reference, backend, Mode::Chained, from_layer)?;
     let mut worst = 0f64;
-    let mut supported = true;
-    for (regime, start, refcaps) in &reference.regimes {
-        let ids = match refcaps.get("input_ids").map(|c| &c.values) {
-            Some(CaptureValues::I64(v)) => v.clone(),
-            _ => continue,
-        };
-        let berr = |source| SessionError::Backend {
-            regime: regime.clone(),
-            source: Box::new(source),
-        };
-        backend.begin(&ids, *start).map_err(berr)?;
-        if let Some(l) = from_layer {
-            supported &= backend.pin(&pins_for(refcaps, cfg, l)).map_err(berr)?;
+    let mut downstream = false;
+    let mut regime = usize::MAX;
+    while let Some(o) = stepper.next_step()? {
+        if o.regime_index != regime {
+            regime = o.regime_index;
+            downstream = false;
         }
-        let mut downstream = false;
-        for step in backend.steps() {
-            downstream |= matches!(step, Step::Block(l) if l >= pin_from)
-                || (step == Step::Final && downstream);
-            let mut out = Vec::new();
-            backend.run(step, &mut out).map_err(berr)?;
-            if !downstream {
-                continue;
-            }
-            for c in out
-                .iter()
-                .filter(|c| !c.is_diagnostic() && !is_step_input(&c.name))
-            {
-                if let Some((r, _, _)) = ratio_vs(refcaps, c, Judge::Atlas) {
-                    worst = worst.max(r);
-                }
+        downstream |= matches!(o.step, Step::Block(l) if l >= pin_from)
+            || (o.step == Step::Final && downstream);
+        if !downstream {
+            continue;
+        }
+        for r in o.results.iter().filter(|r| !is_input_capture(&r.name)) {
+            if let Some((x, _, _)) = ratio_vs(recorded, o.regime_index, r, 0, Judge::Atlas) {
+                worst = worst.max(x);
             }
         }
     }
+    let supported = stepper.pin_supported().first().copied().unwrap_or(false);
     Ok((worst, supported))
 }
 
@@ -451,13 +403,13 @@ pub fn counterfactual(
     make_test: &mut dyn FnMut() -> Result<Box<dyn Backend>, SessionError>,
     from_layer: usize,
 ) -> Result<Counterfactual, SessionError> {
-    let cfg = model_of(golden)?.0;
-    let (unpinned_ratio, _) =
-        downstream_ratio(reference, make_test()?.as_mut(), &cfg, None, from_layer)?;
+    let _ = model_of(golden)?;
+    let shared: SharedReference = Arc::new(reference.clone());
+    let (unpinned_ratio, _) = downstream_ratio(&shared, reference, make_test()?, None, from_layer)?;
     let (pinned_ratio, supported) = downstream_ratio(
+        &shared,
         reference,
-        make_test()?.as_mut(),
-        &cfg,
+        make_test()?,
         Some(from_layer),
         from_layer,
     )?;
@@ -480,5 +432,116 @@ pub fn counterfactual(
         pinned_ratio,
         supported,
         verdict,
+    })
+}
+
+/// What the app's localisation runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LocalizeRequest {
+    /// Faults (`KIND@CAPTURE`, e.g. `bitflip@L2.attn_out`) to plant into a CPU oracle used as the
+    /// test backend instead of the app's own; empty: the app's test backend.
+    pub plant: Vec<String>,
+    /// Judge local error with the Atlas bars instead of the strict (bf16 bit-exact) policies.
+    pub atlas: bool,
+    /// Also run the counterfactual with the reference's selections pinned from this layer on.
+    pub pin_from: Option<usize>,
+}
+
+/// A finished localisation.
+#[derive(Debug, Clone)]
+pub struct LocalizeOutcome {
+    /// What the reference and the test backend were (`cpu oracle`, `gpu`, `cpu oracle with …`).
+    pub reference: String,
+    pub test: String,
+    pub localization: Localization,
+    pub counterfactual: Option<Counterfactual>,
+}
+
+/// Localise the error of a test backend against the oracle over every regime of `golden` (the
+/// app runs this on a worker thread). `factory` builds the app's backends, the oracle first:
+/// without planted faults the test backend is the last one it builds (the GPU backend when the
+/// app has one, else a second oracle, which localises nothing). With `request.plant`, reference
+/// and test are CPU oracles on the golden's own weights, the test one with those faults.
+pub fn run_localize(
+    golden: &Golden,
+    factory: &dyn Fn() -> Result<Vec<super::BoxedBackend>, String>,
+    request: &LocalizeRequest,
+) -> Result<LocalizeOutcome, SessionError> {
+    let faults: Vec<Fault> = request
+        .plant
+        .iter()
+        .map(|p| {
+            Fault::parse(p.trim()).ok_or_else(|| SessionError::BadFault {
+                spec: p.to_string(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(layer) = request.pin_from {
+        let n_layers = golden.fixture.n_layers;
+        if layer >= n_layers {
+            return Err(SessionError::PinLayer {
+                layer,
+                last: n_layers.saturating_sub(1),
+            });
+        }
+    }
+    let build = |msg: String| SessionError::Build {
+        backend: "the app's".into(),
+        msg,
+    };
+    let planted = !faults.is_empty();
+    let (recorded, reference_name, other_backend) = if planted {
+        let mut oracle = super::oracle_for(golden)?;
+        let recorded = RecordedRun::record(golden, &mut oracle)?;
+        (recorded, "cpu oracle".to_string(), false)
+    } else {
+        let mut backends = factory().map_err(build)?;
+        let other = backends.len() > 1;
+        let Some(first) = backends.first_mut() else {
+            return Err(SessionError::NoBackend);
+        };
+        let name = first.name();
+        let recorded = RecordedRun::record(golden, first.as_mut())?;
+        (recorded, name, other)
+    };
+    // An oracle under test (planted faults, or the reference itself) is held to bit-exactness;
+    // another backend (the GPU) to the backend policy against the oracle, as `check` and
+    // `localize --backend gpu` do; "Atlas bars" overrides both.
+    let judge = if request.atlas {
+        Judge::Atlas
+    } else if other_backend {
+        Judge::Gpu
+    } else {
+        Judge::Strict
+    };
+    let mut test_name = String::new();
+    let mut make = || -> Result<Box<dyn Backend>, SessionError> {
+        if planted {
+            let mut o = super::oracle_for(golden)?;
+            o.faults = FaultPlan::new(faults.clone());
+            test_name = format!("cpu oracle with {}", request.plant.join(", "));
+            return Ok(Box::new(o));
+        }
+        let mut backends = factory().map_err(build)?;
+        let Some(test) = backends.pop() else {
+            return Err(SessionError::NoBackend);
+        };
+        test_name = if backends.is_empty() {
+            format!("{} (the reference itself: no other backend)", test.name())
+        } else {
+            test.name()
+        };
+        Ok(test)
+    };
+    let localization = localize_with(golden, &recorded, &mut make, judge)?;
+    let counterfactual = match request.pin_from {
+        Some(layer) => Some(counterfactual(golden, &recorded, &mut make, layer)?),
+        None => None,
+    };
+    Ok(LocalizeOutcome {
+        reference: reference_name,
+        test: test_name,
+        localization,
+        counterfactual,
     })
 }

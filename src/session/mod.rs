@@ -1,27 +1,31 @@
-//! Runs a backend over a golden's regimes step by step (chained or isolated), compares every
-//! capture with the golden, and builds the report the CLI prints and the app shows.
+//! The session layer: one stepper (`lockstep`) runs a reference source (`reference`: a golden, a
+//! recorded run, or tokens with the oracle as the live reference) and any list of backends in
+//! lockstep, step by step (chained or isolated), and yields typed results (`results`); the CLI's
+//! reports (`report`, `multi`, collected by `run`), localisation, the self-test, determinism, the
+//! golden writer and the app's worker (`controller`) all drive it.
 
 pub mod budget;
+pub mod builder;
 pub mod controller;
 pub mod determinism;
 pub mod export;
 pub mod invariants;
 pub mod localize;
+pub mod lockstep;
 pub mod multi;
+pub mod reference;
 pub mod report;
+pub mod results;
+pub mod run;
 pub mod selftest;
 pub mod triage;
 pub mod writer;
 
-use crate::golden::compare::{compare_with_golden, Values};
-use crate::golden::names::capture_kind;
-use crate::golden::policy::{policy_for_capture, strict_policy_for_capture};
 use crate::golden::Golden;
-use crate::model::{
-    Backend, Capture, CaptureValues, EngramTables, FillerSource, ModelConfig, SeedTensors, Step,
-    WeightSource,
-};
+use crate::model::{EngramTables, ModelConfig, SeedTensors, Step, WeightSource};
 use crate::oracle::Oracle;
+pub use lockstep::{BoxedBackend, StepBackend, StepOutcome, Stepper};
+pub use reference::{GoldenReference, RecordedRun, ReferenceSource, SharedReference};
 pub use report::{CaptureRow, Report, StepIsolation};
 use std::sync::Arc;
 
@@ -53,8 +57,11 @@ pub struct CheckOptions {
     pub stop_after_regime: Option<String>,
     /// Use the strict policies (bf16 bit-exact) instead of the Atlas bars.
     pub strict: bool,
-    /// Check the backend's own captures against the graph's invariants under this config.
+    /// Check the backends' own captures against the graph's invariants under this config.
     pub invariants: Option<ModelConfig>,
+    /// Pin the reference's selections (MoE routing, index top-k) into the backends for every
+    /// layer from this one on (counterfactual pinning).
+    pub pin_from: Option<usize>,
 }
 
 impl Default for CheckOptions {
@@ -65,25 +72,61 @@ impl Default for CheckOptions {
             stop_after_regime: None,
             strict: false,
             invariants: None,
+            pin_from: None,
         }
     }
 }
 
-/// Problems that stop a check before or while it runs.
+/// Problems that stop a run before or while it runs.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("{source_path}: {msg}")]
-    Golden { source_path: String, msg: String },
+    /// A golden regime without a whole `input_ids` capture: nothing to run it on.
+    #[error("{source_path}: regime {regime}: `input_ids` must be a full integer capture")]
+    InputIds { source_path: String, regime: String },
+    /// A fixture the golden writer cannot run.
+    #[error("{source_path}: {field}: {msg}")]
+    Fixture {
+        source_path: String,
+        field: String,
+        msg: String,
+    },
     #[error(transparent)]
     Config(#[from] crate::model::ConfigError),
     #[error(transparent)]
     Engram(#[from] crate::model::engram::EngramError),
-    #[error("regime {regime}: {source}")]
+    /// A backend failed a step.
+    #[error("regime {regime}, backend {backend}: {source}")]
     Backend {
         regime: String,
+        backend: String,
         #[source]
         source: Box<crate::model::BackendError>,
     },
+    /// A run was asked for with no backend to run.
+    #[error("no backend to run")]
+    NoBackend,
+    /// A backend could not be built (no adapter, a GGUF that does not open, ...).
+    #[error("building the {backend} backend: {msg}")]
+    Build { backend: String, msg: String },
+    /// A regime index past the end of the reference.
+    #[error("regime {index}: the reference has {count} regimes")]
+    NoSuchRegime { index: usize, count: usize },
+    /// A greedy decode regime after a regime whose reference produced no finite logit.
+    #[error("regime {regime}: no finite `logits_full` value to choose the next token from")]
+    NoNextToken { regime: String },
+    /// A planted fault that does not parse.
+    #[error(
+        "planted fault `{spec}`: expected KIND@CAPTURE (kinds: bitflip, perturb[=d], \
+         dropped-workgroup, stale-buffer, rope-sign, window-off-by-one, tie-order), e.g. \
+         bitflip@L2.attn_out"
+    )]
+    BadFault { spec: String },
+    /// Pinning from a layer the model does not have.
+    #[error("pin from layer {layer}: the model has layers 0..={last}")]
+    PinLayer { layer: usize, last: usize },
+    /// The weights of a run could not be opened.
+    #[error("{path}: {msg}")]
+    Weights { path: String, msg: String },
 }
 
 /// The model config and engram tables of a golden's fixture (tables derived when the fixture
@@ -101,62 +144,32 @@ pub fn model_of(golden: &Golden) -> Result<(ModelConfig, Option<EngramTables>), 
 /// Config, engram tables and weights a run computes with.
 pub type RunModel = (ModelConfig, Option<EngramTables>, Arc<dyn WeightSource>);
 
-/// The model a run computes with: a `deepseek41` GGUF's metadata and weights when `gguf` is
-/// given (what `--gguf` and a GGUF opened in the app select), else the golden's fixture and
-/// filler weights. The GGUF is mmapped, not read whole.
-pub fn run_model(golden: &Golden, gguf: Option<&std::path::Path>) -> Result<RunModel, String> {
-    match gguf {
-        Some(path) => {
-            let (source, model) = crate::model::GgufSource::open(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok((model.cfg, model.tables, Arc::new(source)))
-        }
-        None => {
-            let (cfg, tables) = model_of(golden).map_err(|e| e.to_string())?;
-            let weights =
-                FillerSource::new(golden.source.display().to_string(), &golden.weights_meta);
-            Ok((cfg, tables, Arc::new(weights)))
-        }
-    }
+/// The model a run computes with ([`builder::ModelParts::open`]) as a tuple.
+pub fn run_model(
+    golden: &Golden,
+    gguf: Option<&std::path::Path>,
+) -> Result<RunModel, SessionError> {
+    let m = builder::ModelParts::open(golden, gguf)?;
+    Ok((m.cfg, m.tables, m.weights))
 }
 
-/// A CPU oracle over [`run_model`]: the GGUF's weights when given, else the golden's filler.
-pub fn oracle_on(golden: &Golden, gguf: Option<&std::path::Path>) -> Result<Oracle, String> {
-    let (cfg, tables, weights) = run_model(golden, gguf)?;
-    Ok(Oracle::new(cfg, weights, tables))
+/// A CPU oracle over the GGUF's weights when given, else the golden's filler.
+pub fn oracle_on(golden: &Golden, gguf: Option<&std::path::Path>) -> Result<Oracle, SessionError> {
+    Ok(builder::ModelParts::open(golden, gguf)?.oracle())
 }
 
 /// A CPU oracle over the golden's filler weights.
 pub fn oracle_for(golden: &Golden) -> Result<Oracle, SessionError> {
-    let (cfg, tables) = model_of(golden)?;
-    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
-    Ok(Oracle::new(cfg, weights, tables))
+    Ok(builder::ModelParts::from_golden(golden)?.oracle())
 }
 
-/// A GPU backend over the golden's filler weights on a fresh context (the first adapter found).
+/// A GPU backend over the golden's filler weights on a fresh context (the best adapter found).
 #[cfg(feature = "gpu")]
 pub fn gpu_for(
     golden: &Golden,
     opts: crate::gpu::GpuOptions,
 ) -> Result<crate::gpu::GpuBackend, SessionError> {
-    use crate::gpu::{GpuBackend, GpuContext};
-    let fail = |msg: String| SessionError::Backend {
-        regime: "-".into(),
-        source: Box::new(crate::model::BackendError::Invalid {
-            step: "gpu".into(),
-            msg,
-        }),
-    };
-    let ctx = GpuContext::new().map_err(|e| fail(e.to_string()))?;
-    let (cfg, tables) = model_of(golden)?;
-    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
-    GpuBackend::new(ctx, cfg, weights, tables, opts).map_err(|e| fail(e.to_string()))
+    builder::ModelParts::from_golden(golden)?.gpu(opts)
 }
 
 /// Token ids and start position of every regime, from the golden's `input_ids` captures.
@@ -167,12 +180,9 @@ pub fn regime_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>, 
         let ids = r
             .get("input_ids")
             .and_then(|c| c.full_i64())
-            .ok_or_else(|| SessionError::Golden {
+            .ok_or_else(|| SessionError::InputIds {
                 source_path: golden.source.display().to_string(),
-                msg: format!(
-                    "regime {}: `input_ids` must be a full integer capture",
-                    r.name
-                ),
+                regime: r.name.clone(),
             })?;
         out.push((r.name.clone(), ids.clone(), pos));
         pos += ids.len();
@@ -191,11 +201,16 @@ impl<'a> GoldenSeeds<'a> {
     /// Seeds for regime index `current` of `golden`.
     pub fn new(golden: &'a Golden, current: usize) -> Result<GoldenSeeds<'a>, SessionError> {
         let starts = regime_inputs(golden)?.iter().map(|(_, _, p)| *p).collect();
-        Ok(GoldenSeeds {
+        Ok(GoldenSeeds::with_starts(golden, current, starts))
+    }
+
+    /// Seeds for regime `current` of `golden` whose regimes start at `starts`.
+    pub fn with_starts(golden: &'a Golden, current: usize, starts: Vec<usize>) -> GoldenSeeds<'a> {
+        GoldenSeeds {
             golden,
             current,
             starts,
-        })
+        }
     }
 
     fn capture(&self, back: usize, name: &str) -> Option<&crate::golden::GoldenCapture> {
@@ -221,96 +236,35 @@ impl SeedTensors for GoldenSeeds<'_> {
     }
 }
 
-/// Run `backend` over every regime of `golden` and compare each capture.
+/// A golden as a shared reference source.
+pub fn golden_reference(golden: &Golden) -> Result<SharedReference, SessionError> {
+    Ok(Arc::new(GoldenReference::new(Arc::new(golden.clone()))?))
+}
+
+/// Run `backend` over every regime of `golden` and compare each capture (a stepper over one
+/// backend).
 pub fn run_check(
     golden: &Golden,
-    backend: &mut dyn Backend,
+    backend: &mut dyn crate::model::Backend,
     opts: &CheckOptions,
 ) -> Result<Report, SessionError> {
-    let inputs = regime_inputs(golden)?;
-    let starts: Vec<usize> = inputs.iter().map(|(_, _, p)| *p).collect();
-    let mut report = Report::new(golden, &backend.name(), opts.mode);
-    for (ri, (regime_name, ids, start)) in inputs.iter().enumerate() {
-        let regime = &golden.regimes[ri];
-        let berr = |source: crate::model::BackendError| SessionError::Backend {
-            regime: regime_name.clone(),
-            source: Box::new(source),
-        };
-        backend.begin(ids, *start).map_err(berr)?;
-        let mut produced = std::collections::HashSet::new();
-        for step in backend.steps() {
-            if opts.mode == Mode::Isolated {
-                let seeds = GoldenSeeds {
-                    golden,
-                    current: ri,
-                    starts: starts.clone(),
-                };
-                let missing = backend.seed(step, &seeds).map_err(berr)?;
-                if !missing.is_empty() {
-                    report.not_isolated.push(StepIsolation {
-                        regime: regime_name.clone(),
-                        step,
-                        missing,
-                    });
-                }
-            }
-            let mut caps: Vec<Capture> = Vec::new();
-            backend.run(step, &mut caps).map_err(berr)?;
-            if let Some(cfg) = &opts.invariants {
-                for v in invariants::check_step(cfg, *start, &caps) {
-                    report.violations.push((regime_name.clone(), v));
-                }
-            }
-            for cap in caps {
-                if cap.is_diagnostic() {
-                    continue;
-                }
-                produced.insert(cap.name.clone());
-                if let Some(re) = &opts.only {
-                    if !re.is_match(&cap.name) {
-                        continue;
-                    }
-                }
-                match regime.get(&cap.name) {
-                    Some(g) => {
-                        let policy = if opts.strict {
-                            strict_policy_for_capture(&cap.name, g.is_int())
-                        } else {
-                            policy_for_capture(&cap.name, g.is_int())
-                        };
-                        let values = match &cap.values {
-                            CaptureValues::F32(v) => Values::F32(v),
-                            CaptureValues::I64(v) => Values::I64(v),
-                        };
-                        let cmp = compare_with_golden(values, &cap.shape, g, &policy);
-                        let max_abs = budget::reference_magnitude(g);
-                        report
-                            .reference_max_abs
-                            .insert((regime_name.clone(), cap.name.clone()), max_abs);
-                        report.rows.push(CaptureRow {
-                            regime: regime_name.clone(),
-                            step,
-                            name: cap.name.clone(),
-                            kind: capture_kind(&cap.name),
-                            shape: cap.shape.clone(),
-                            cmp,
-                        });
-                    }
-                    None => report.extra.push((regime_name.clone(), cap.name.clone())),
-                }
-            }
-        }
-        for c in &regime.captures {
-            let wanted = opts.only.as_ref().is_none_or(|re| re.is_match(&c.name));
-            if wanted && !produced.contains(&c.name) {
-                report.missing.push((regime_name.clone(), c.name.clone()));
-            }
-        }
-        if opts.stop_after_regime.as_deref() == Some(regime_name.as_str()) {
-            break;
-        }
-    }
-    Ok(report)
+    let mut stepper = Stepper::new(
+        golden_reference(golden)?,
+        vec![Box::new(backend)],
+        opts.clone(),
+    )?;
+    Ok(run::RunRecord::collect(&mut stepper, run::KeepValues::Failing)?.report(0))
+}
+
+/// Run `backends` in lockstep over every regime of `golden` (the first is the reference of the
+/// cross comparisons, normally the CPU oracle).
+pub fn run_lockstep(
+    golden: &Golden,
+    backends: Vec<StepBackend<'_>>,
+    opts: &CheckOptions,
+) -> Result<multi::MultiReport, SessionError> {
+    let mut stepper = Stepper::new(golden_reference(golden)?, backends, opts.clone())?;
+    Ok(run::RunRecord::collect(&mut stepper, run::KeepValues::Failing)?.multi())
 }
 
 /// The step of the regime sequence that emits capture `name` (for reports on goldens alone).

@@ -1,10 +1,10 @@
 //! The check report: one row per compared capture, plus what was missing, extra or could not be
 //! isolated, with summary counts and a JSON form.
 
+use super::results::BudgetCheck;
 use super::Mode;
 use crate::golden::compare::Comparison;
 use crate::golden::names::CaptureKind;
-use crate::golden::Golden;
 use crate::model::Step;
 use serde_json::{json, Value};
 
@@ -17,6 +17,9 @@ pub struct CaptureRow {
     pub kind: CaptureKind,
     pub shape: Vec<usize>,
     pub cmp: Comparison,
+    /// The capture's error budget and the observed error over it, when the config and the
+    /// reference magnitude are known.
+    pub budget: Option<BudgetCheck>,
 }
 
 /// A step whose inputs could not all be reseeded in isolated mode, and why.
@@ -42,10 +45,6 @@ pub struct Report {
     pub not_isolated: Vec<StepIsolation>,
     /// Invariant violations in the backend's own captures (regime, violation).
     pub violations: Vec<(String, super::invariants::Violation)>,
-    /// The graph's config (for error budgets), when the golden's fixture yields one.
-    pub config: Option<crate::model::ModelConfig>,
-    /// Largest |reference value| per (regime, capture), for error budgets.
-    pub reference_max_abs: std::collections::HashMap<(String, String), f64>,
 }
 
 /// Summary counts of a report.
@@ -62,9 +61,10 @@ pub struct Summary {
 }
 
 impl Report {
-    pub fn new(golden: &Golden, backend: &str, mode: Mode) -> Report {
+    /// An empty report of `backend` against the reference labelled `golden_source`.
+    pub fn new(golden_source: &str, backend: &str, mode: Mode) -> Report {
         Report {
-            golden_source: golden.source.display().to_string(),
+            golden_source: golden_source.to_string(),
             backend: backend.to_string(),
             mode,
             rows: Vec::new(),
@@ -72,8 +72,6 @@ impl Report {
             extra: Vec::new(),
             not_isolated: Vec::new(),
             violations: Vec::new(),
-            config: super::model_of(golden).ok().map(|m| m.0),
-            reference_max_abs: std::collections::HashMap::new(),
         }
     }
 
@@ -118,19 +116,13 @@ impl Report {
 
     /// The error budget of a row, when the config and the reference magnitude are known.
     pub fn budget(&self, r: &CaptureRow) -> Option<super::budget::Budget> {
-        let cfg = self.config.as_ref()?;
-        let m = *self
-            .reference_max_abs
-            .get(&(r.regime.clone(), r.name.clone()))?;
-        Some(super::budget::budget_for(cfg, &r.name, m))
+        r.budget.as_ref().map(|b| b.budget.clone())
     }
 
     /// The budget of a row and observed error / budget (0 when both are 0, infinite when only
     /// the budget is).
     pub fn budget_ratio(&self, r: &CaptureRow) -> Option<(super::budget::Budget, f64)> {
-        let b = self.budget(r)?;
-        let over = super::budget::observed_over_budget(r.cmp.max_abs_err, b.abs);
-        Some((b, over))
+        r.budget.as_ref().map(|b| (b.budget.clone(), b.ratio))
     }
 
     pub fn to_json(&self) -> Value {

@@ -3,12 +3,9 @@
 //! The verdict uses the strict policies (bf16 bit-exact, which the oracle meets); the table also
 //! says whether the looser Atlas bars alone would have caught it.
 
-use super::{model_of, run_check, CheckOptions, SessionError};
+use super::{run_check, CheckOptions, SessionError};
 use crate::golden::Golden;
-use crate::model::{FillerSource, WeightSource};
 use crate::oracle::faults::{Fault, FaultKind, FaultPlan};
-use crate::oracle::Oracle;
-use std::sync::Arc;
 
 /// One planted fault and what the check made of it.
 #[derive(Debug, Clone)]
@@ -55,11 +52,7 @@ pub fn run_oracle_selftest(
     golden: &Golden,
     targets: &[Fault],
 ) -> Result<Vec<SelftestRow>, SessionError> {
-    let (cfg, tables) = model_of(golden)?;
-    let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new(
-        golden.source.display().to_string(),
-        &golden.weights_meta,
-    ));
+    let model = super::builder::ModelParts::from_golden(golden)?;
     let first_regime = golden
         .regimes
         .first()
@@ -67,14 +60,14 @@ pub fn run_oracle_selftest(
         .unwrap_or_default();
     let mut rows = Vec::new();
     for fault in targets {
-        let mut oracle = Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+        let mut oracle = model.oracle();
         oracle.faults = FaultPlan::new(vec![fault.clone()]);
         let strict = CheckOptions {
             strict: true,
             ..Default::default()
         };
         let report = run_check(golden, &mut oracle, &strict)?;
-        let mut atlas_oracle = Oracle::new(cfg.clone(), weights.clone(), tables.clone());
+        let mut atlas_oracle = model.oracle();
         atlas_oracle.faults = FaultPlan::new(vec![fault.clone()]);
         let caught_by_atlas_bars =
             !run_check(golden, &mut atlas_oracle, &CheckOptions::default())?.ok();
@@ -136,13 +129,9 @@ pub fn run_gpu_selftest(
     golden: &Golden,
 ) -> Result<Option<(String, Vec<SelftestRow>)>, SessionError> {
     use crate::gpu::{GpuContext, GpuOptions, Injection};
-    use crate::model::BackendError;
-    let fail = |msg: String| SessionError::Backend {
-        regime: "-".into(),
-        source: Box::new(BackendError::Invalid {
-            step: "gpu".into(),
-            msg,
-        }),
+    let fail = |msg: String| SessionError::Build {
+        backend: "gpu".into(),
+        msg,
     };
     let adapter = match GpuContext::new() {
         Ok(ctx) => ctx.adapter.to_string(),

@@ -188,8 +188,9 @@ fn write_py_str(out: &mut String, s: &str) {
 /// regime 0 is the prefill, each later regime decodes the next single token.
 pub fn fixture_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>, SessionError> {
     let f = &golden.fixture;
-    let err = |msg: String| SessionError::Golden {
+    let err = |msg: String| SessionError::Fixture {
         source_path: golden.source.display().to_string(),
+        field: "fixture".into(),
         msg,
     };
     if f.batch != 1 {
@@ -248,8 +249,9 @@ fn capture_json(c: &Capture, full: &FullCaptures) -> Value {
 }
 
 fn weight_meta_json(w: &WeightMeta) -> Result<Value, SessionError> {
-    let values = regenerate(w).map_err(|e| SessionError::Golden {
-        source_path: w.name.clone(),
+    let values = regenerate(w).map_err(|e| SessionError::Fixture {
+        source_path: "weights_meta".into(),
+        field: w.name.clone(),
         msg: e.to_string(),
     })?;
     let mut m = Map::new();
@@ -295,28 +297,49 @@ pub fn write_golden(
         write_py_json(&mut out, &weight_meta_json(w)?);
     }
     out.push('}');
-    for (name, ids, start) in fixture_inputs(golden)? {
-        let berr = |source: crate::model::BackendError| SessionError::Backend {
-            regime: name.clone(),
-            source: Box::new(source),
-        };
-        backend.begin(&ids, start).map_err(berr)?;
-        let mut caps = Vec::new();
-        for step in backend.steps() {
-            backend.run(step, &mut caps).map_err(berr)?;
+    // The fixture's regimes and tokens, the backend itself the (live) reference: the stepper
+    // runs it and every capture it yields is written.
+    let config = super::model_of(golden)?.0;
+    let reference = super::reference::TokensReference {
+        label: golden.source.display().to_string(),
+        config,
+        regimes: fixture_inputs(golden)?
+            .into_iter()
+            .map(|(name, ids, _)| (name, super::reference::RegimeTokens::Given(ids)))
+            .collect(),
+    };
+    let mut stepper = super::Stepper::new(
+        std::sync::Arc::new(reference),
+        vec![Box::new(backend)],
+        super::CheckOptions::default(),
+    )?;
+    let mut regime: Option<usize> = None;
+    let mut first = true;
+    while let Some(o) = stepper.next_step()? {
+        if regime != Some(o.regime_index) {
+            if regime.is_some() {
+                out.push('}');
+            }
+            regime = Some(o.regime_index);
+            first = true;
+            out.push(',');
+            write_py_str(&mut out, &o.regime);
+            out.push_str(":{");
         }
-        out.push(',');
-        write_py_str(&mut out, &name);
-        out.push_str(":{");
-        caps.retain(|c| !c.is_diagnostic());
-        for (i, c) in caps.iter().enumerate() {
-            if i > 0 {
+        for r in &o.results {
+            let Some(c) = r.capture_of(0) else {
+                continue;
+            };
+            if !first {
                 out.push(',');
             }
+            first = false;
             write_py_str(&mut out, &c.name);
             out.push(':');
-            write_py_json(&mut out, &capture_json(c, full));
+            write_py_json(&mut out, &capture_json(&c, full));
         }
+    }
+    if regime.is_some() {
         out.push('}');
     }
     out.push('}');

@@ -79,7 +79,9 @@ impl AppOptions {
             golden: None,
             gguf: None,
             backends: Arc::new(|g: &Golden, gguf: Option<&Path>| {
-                crate::session::oracle_on(g, gguf).map(|o| vec![Box::new(o) as BoxedBackend])
+                crate::session::oracle_on(g, gguf)
+                    .map(|o| vec![Box::new(o) as BoxedBackend])
+                    .map_err(|e| e.to_string())
             }),
             gpu: GpuStatus::NotBuilt,
             run_on_start: false,

@@ -63,7 +63,8 @@ pub fn run_localize_async(
 ) {
     spawn("localize", move || {
         let factory = || backends(&golden, gguf.as_deref());
-        let result = crate::session::controller::run_localize(&golden, &factory, &request);
+        let result = crate::session::controller::run_localize(&golden, &factory, &request)
+            .map_err(|e| e.to_string());
         let _ = tx.send(FileJob::Localize { generation, result });
         wake(&ctx);
     });
@@ -83,8 +84,8 @@ pub fn run_determinism_async(
     spawn("determinism", move || {
         use crate::model::Backend;
         use crate::session::SessionError;
-        let fail = |msg: String| SessionError::Golden {
-            source_path: golden.source.display().to_string(),
+        let fail = |msg: String| SessionError::Build {
+            backend: "the app's".into(),
             msg,
         };
         let name = std::cell::RefCell::new(String::new());

@@ -232,7 +232,8 @@ fn outcome_ui(
                         ui.strong(h);
                     }
                     ui.end_row();
-                    for (i, e) in l.steps.iter().enumerate() {
+                    let table_rows = l.steps.iter().enumerate();
+                    for (i, e) in table_rows {
                         if *only_with_error && !has_error(e) {
                             continue;
                         }
