@@ -27,7 +27,7 @@ const REAL_LAYER: usize = 2;
 fn tiny_check(c: &mut Criterion) {
     let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     ));
     let golden = match Golden::load(&path) {
         Ok(g) => g,

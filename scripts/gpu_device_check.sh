@@ -24,7 +24,7 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 GOLDEN_ARG=()
-for g in "${GOLDEN:-}" ../shared/reference/ds41_tiny_golden.v3.json shared/reference/ds41_tiny_golden.v3.json; do
+for g in "${GOLDEN:-}" golden/reference/ds41_tiny_golden.v3.json; do
   if [ -n "$g" ] && [ -f "$g" ]; then GOLDEN_ARG=(--golden "$g"); break; fi
 done
 [ ${#GOLDEN_ARG[@]} -eq 0 ] && echo "note: v3 golden not found; using the embedded golden"

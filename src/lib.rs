@@ -1,5 +1,5 @@
 //! golden-lens: find where a DeepSeek-V4.1-Flash implementation leaves the reference golden.
-//! Module tree only; see `../shared/docs/architecture.md` for the map.
+//! Module tree only; the map is `docs/architecture.md` in the shared folder beside the checkout.
 
 pub mod gguf;
 pub mod golden;

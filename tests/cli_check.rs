@@ -9,7 +9,7 @@ fn bin() -> Command {
 }
 
 fn reference(name: &str) -> String {
-    format!("{}/../shared/reference/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/golden/reference/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -149,7 +149,7 @@ fn bad_inputs_give_clear_errors() {
 fn check_without_a_golden_uses_the_embedded_default() {
     let (code, out, _) = run(&["check", "--quiet"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("<embedded golden/ds41_tiny.json>"));
+    assert!(out.contains(golden_lens::golden::embedded::DEFAULT_GOLDEN_LABEL));
     assert!(out.ends_with("443 passed, 0 failed\n"));
 }
 
@@ -159,6 +159,6 @@ fn check_without_a_golden_uses_the_embedded_default() {
 fn bare_invocation_checks_the_embedded_default_golden() {
     let (code, out, _) = run(&[]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("<embedded golden/ds41_tiny.json>"));
+    assert!(out.contains(golden_lens::golden::embedded::DEFAULT_GOLDEN_LABEL));
     assert!(out.ends_with("443 passed, 0 failed\n"));
 }

@@ -4,7 +4,7 @@
 use std::process::{Command, Output};
 
 fn reference(file: &str) -> String {
-    format!("{}/../shared/reference/{file}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/golden/reference/{file}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn golden_info(path: &str) -> Output {

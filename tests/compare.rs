@@ -19,7 +19,7 @@ const PLANTED_DEFECT: f32 = 1e-3;
 const F32_ROUNDING_SLACK: f64 = 2.5e-7;
 
 fn load(version: &str) -> Golden {
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/"))
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference/"))
         .join(format!("ds41_tiny_golden.{version}.json"));
     Golden::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -30,7 +30,7 @@ struct Geometry {
 fn v3() -> Golden {
     Golden::load(&PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     )))
     .expect("v3")
 }

@@ -21,7 +21,7 @@ use tempfile::TempDir;
 fn v3() -> Golden {
     Golden::load(Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     )))
     .unwrap()
 }
@@ -298,7 +298,7 @@ fn cli_export_then_check_on_gguf() {
     let dir = TempDir::new().unwrap();
     let g = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     );
     for dialect in ["ds4", "llamacpp"] {
         let out = dir.path().join(format!("tiny-bf16-{dialect}.gguf"));

@@ -8,7 +8,7 @@ use golden_lens::num::fixed_raw;
 use std::path::PathBuf;
 
 fn reference(file: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/")).join(file)
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference/")).join(file)
 }
 
 fn load(version: &str) -> Golden {
@@ -190,4 +190,56 @@ fn input_ids_are_the_spec_20_values() {
             assert_eq!(capture.shape, vec![1, ids.len()]);
         }
     }
+}
+
+/// The four reference goldens, as golden/reference/README.md lists them.
+const REFERENCE_FILES: [&str; 4] = [
+    "ds41_tiny_golden.v1.json",
+    "ds41_tiny_golden.v2.json",
+    "ds41_tiny_golden.v3.json",
+    "ds41_tiny_golden.v3-full.json",
+];
+
+/// The copies in golden/reference are byte for byte the files whose sha256 the README records
+/// (the provenance table is only worth something if the files are the ones it names).
+#[test]
+fn reference_goldens_match_their_recorded_sha256() {
+    let readme =
+        std::fs::read_to_string(reference("README.md")).expect("golden/reference/README.md");
+    for file in REFERENCE_FILES {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{file}` |")))
+            .unwrap_or_else(|| panic!("README.md has no row for {file}"));
+        let recorded = row
+            .split('`')
+            .rfind(|s| s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()))
+            .unwrap_or_else(|| panic!("README.md row of {file} has no sha256: {row}"));
+        let out = std::process::Command::new("sha256sum")
+            .arg(reference(file))
+            .output()
+            .expect("sha256sum (coreutils) runs");
+        assert!(out.status.success(), "sha256sum {file} failed");
+        let actual = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            actual.split_whitespace().next(),
+            Some(recorded),
+            "{file} differs from the README's sha256"
+        );
+    }
+}
+
+/// The embedded default golden is DeepSeek's v3-full file, unchanged.
+#[test]
+fn the_embedded_default_is_the_v3_full_reference() {
+    use golden_lens::golden::embedded::{default_golden, DEFAULT_GOLDEN_JSON};
+    let file =
+        std::fs::read_to_string(reference("ds41_tiny_golden.v3-full.json")).expect("v3-full");
+    assert!(
+        DEFAULT_GOLDEN_JSON == file,
+        "the embedded text is not v3-full"
+    );
+    let g = default_golden().expect("embedded golden");
+    assert_eq!(g.version(), golden_lens::golden::GoldenVersion::V3Full);
+    assert_eq!(g.capture_count(), 443);
 }

@@ -19,7 +19,7 @@ fn v3_text() -> &'static str {
     TEXT.get_or_init(|| {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/reference/ds41_tiny_golden.v3.json"
+            "/golden/reference/ds41_tiny_golden.v3.json"
         );
         std::fs::read_to_string(path).expect("v3 golden is readable")
     })

@@ -13,7 +13,7 @@ use std::sync::Arc;
 fn golden() -> Golden {
     let p = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     ));
     Golden::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

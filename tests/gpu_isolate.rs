@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 fn load(name: &str) -> Golden {
     let p = PathBuf::from(format!(
-        "{}/../shared/reference/{name}",
+        "{}/golden/reference/{name}",
         env!("CARGO_MANIFEST_DIR")
     ));
     Golden::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -217,7 +217,7 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     let json = dir.path().join("r.json");
     let json_s = json.to_str().expect("utf8");
     let v3 = format!(
-        "{}/../shared/reference/ds41_tiny_golden.v3.json",
+        "{}/golden/reference/ds41_tiny_golden.v3.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let (ok, text) = cli(&[
@@ -248,7 +248,7 @@ fn check_cli_writes_one_json_for_cpu_and_gpu_and_runs_gpu_isolated() {
     assert_eq!(v["cross"][0]["summary"]["compared"], 443);
     assert_eq!(v["cross"][0]["topk_triage"]["index_captures"], 48);
     let full = format!(
-        "{}/../shared/reference/ds41_tiny_golden.v3-full.json",
+        "{}/golden/reference/ds41_tiny_golden.v3-full.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let (ok, text) = cli(&[
@@ -293,7 +293,7 @@ fn check_runs_both_backends_on_a_gguf_s_weights() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let g = format!(
-        "{}/../shared/reference/ds41_tiny_golden.v3.json",
+        "{}/golden/reference/ds41_tiny_golden.v3.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let run = cli;

@@ -11,11 +11,11 @@ use serde_json::Value;
 
 const GOLDEN_V3: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/ds41_tiny_golden.v3.json"
+    "/golden/reference/ds41_tiny_golden.v3.json"
 );
 const GOLDEN_V3_FULL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/ds41_tiny_golden.v3-full.json"
+    "/golden/reference/ds41_tiny_golden.v3-full.json"
 );
 const TOPK_CASES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/topk_cases.json");
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 const MIN_BF16_BIT_EXACT_SHARE: f64 = 0.95;
 
 fn reference(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference")).join(name)
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference")).join(name)
 }
 
 fn check(name: &str, mode: Mode) -> Report {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 fn golden(name: &str) -> Golden {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference")).join(name);
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference")).join(name);
     Golden::load(&p).expect("golden loads")
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 const SCALE_REL_TOL: f64 = 1e-12;
 
 fn golden_path(file: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/")).join(file)
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference/")).join(file)
 }
 
 fn load(file: &str) -> Golden {

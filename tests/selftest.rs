@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 fn reference(name: &str) -> Golden {
     Golden::load(
-        &PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference")).join(name),
+        &PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/reference")).join(name),
     )
     .expect("golden")
 }

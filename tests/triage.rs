@@ -27,7 +27,7 @@ fn lockstep(g: &Golden, faults: Vec<Fault>) -> Vec<(String, TopkTriage)> {
 fn v3() -> Golden {
     Golden::load(&PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     )))
     .expect("v3")
 }

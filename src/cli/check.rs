@@ -21,7 +21,7 @@ pub enum ModeArg {
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// The golden to check against (default: the embedded golden/ds41_tiny.json).
+    /// The golden to check against (default: the embedded v3-full reference golden).
     #[arg(long)]
     pub golden: Option<PathBuf>,
     /// Run the CPU oracle on this deepseek41 GGUF's weights and metadata (either dialect, any

@@ -48,7 +48,7 @@ pub enum GgufCmd {
     },
     /// Write a tiny deepseek41 GGUF from a golden's fixture and filler weights.
     Export {
-        /// The golden (default: the embedded golden/ds41_tiny.json).
+        /// The golden (default: the embedded v3-full reference golden).
         #[arg(long)]
         golden: Option<PathBuf>,
         /// Output path.

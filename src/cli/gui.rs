@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct GuiArgs {
-    /// The golden to open (default: the embedded golden/ds41_tiny.json).
+    /// The golden to open (default: the embedded v3-full reference golden).
     #[arg(long)]
     pub golden: Option<PathBuf>,
     /// A deepseek41 GGUF to open alongside: the backends run on its weights and metadata

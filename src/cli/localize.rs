@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct LocalizeArgs {
-    /// The golden whose fixture defines the run (default: the embedded golden/ds41_tiny.json).
+    /// The golden whose fixture defines the run (default: the embedded v3-full reference golden).
     #[arg(long)]
     pub golden: Option<PathBuf>,
     /// Run on this deepseek41 GGUF's weights and metadata (reference and test backend alike)

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct SelftestArgs {
-    /// The golden to run against (default: the embedded golden/ds41_tiny.json).
+    /// The golden to run against (default: the embedded v3-full reference golden).
     #[arg(long)]
     pub golden: Option<PathBuf>,
 }

@@ -558,7 +558,13 @@ mod tests {
 
     #[test]
     fn isolated_mode_reports_steps_it_cannot_reseed() {
-        let golden = Arc::new(default_golden().expect("embedded golden"));
+        // The sampled v3 reference golden (the embedded default is v3-full, which holds every
+        // step's inputs at full resolution).
+        let v3 = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/golden/reference/ds41_tiny_golden.v3.json"
+        );
+        let golden = Arc::new(Golden::load(std::path::Path::new(v3)).expect("v3 golden"));
         let c = spawn(golden, Mode::Isolated);
         next_progress(&c);
         c.send(Request::RunToLayer(1));
