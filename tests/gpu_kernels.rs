@@ -11,13 +11,15 @@ use golden_lens::gpu::quant::{quant, QuantMode};
 use golden_lens::gpu::rope::{rope, Positions};
 use golden_lens::gpu::rows;
 use golden_lens::gpu::{engram as geng, moe as gmoe, test_context, Gpu};
+use golden_lens::model::rope::RopeTable;
+use golden_lens::model::sparse::{select_candidate_blocks, window_idxs};
 use golden_lens::model::{ModelConfig, ScoreFunc};
 use golden_lens::num::{
     act_quant_fp8_block32, bf16_round, bf16_ulp_distance, fp4_e4m3_block16_round_trip,
     fp4_e8m0_block32_round_trip, splitmix64, torch_cpu_topk_set,
 };
-use golden_lens::oracle::attn::{pool, select_candidate_blocks, sparse_attn, window_idxs};
-use golden_lens::oracle::ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid, RopeTable};
+use golden_lens::oracle::attn::{pool, sparse_attn};
+use golden_lens::oracle::ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid};
 use golden_lens::oracle::{hc, moe};
 
 /// f32 chains through WGSL `exp`/`sqrt` (not correctly rounded): the Atlas `F32_TOL` bar.

@@ -17,13 +17,13 @@ use super::rows::{
     add_round, bitflip, drop_first, expand, gather_rows, rmsnorm, scale_round, scatter_add,
 };
 use super::{engram, moe, GpuContext, GpuError};
+use crate::model::rope::{RopeTable, RopeTables};
+use crate::model::sparse::{index_topk_rows, select_candidate_blocks, visible_lens};
 use crate::model::{
     Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, Pins, SeedTensors,
     Step, WeightSource,
 };
 use crate::num::{torch_cpu_topk_order, torch_cpu_topk_set};
-use crate::oracle::attn::select_candidate_blocks;
-use crate::oracle::ops::RopeTable;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -116,8 +116,7 @@ pub struct GpuBackend {
     cfg: ModelConfig,
     weights: Arc<dyn WeightSource>,
     engram: Option<EngramTables>,
-    rope_plain: RopeTable,
-    rope_yarn: RopeTable,
+    ropes: RopeTables,
     opts: GpuOptions,
     wcache: HashMap<String, WeightTensor>,
     layers: Vec<LayerState>,
@@ -162,22 +161,7 @@ impl GpuBackend {
         opts: GpuOptions,
     ) -> Result<GpuBackend, GpuError> {
         let mut gpu = Gpu::new(ctx);
-        let rope_plain = RopeTable::new(
-            cfg.rope_head_dim,
-            0,
-            cfg.rope_theta,
-            cfg.rope_factor,
-            cfg.beta_fast,
-            cfg.beta_slow,
-        );
-        let rope_yarn = RopeTable::new(
-            cfg.rope_head_dim,
-            cfg.original_seq_len,
-            cfg.compress_rope_theta,
-            cfg.rope_factor,
-            cfg.beta_fast,
-            cfg.beta_slow,
-        );
+        let ropes = RopeTables::new(&cfg);
         if cfg.hc_mult > super::hc::MAX_HC {
             return Err(super::guard(
                 "hc_mix",
@@ -211,8 +195,7 @@ impl GpuBackend {
             cfg,
             weights,
             engram,
-            rope_plain,
-            rope_yarn,
+            ropes,
             opts,
             wcache: HashMap::new(),
             layers,
@@ -246,11 +229,7 @@ impl GpuBackend {
     }
 
     fn rope_of(&self, l: usize) -> &RopeTable {
-        if self.cfg.compress_ratios[l] > 0 {
-            &self.rope_yarn
-        } else {
-            &self.rope_plain
-        }
+        self.ropes.for_layer(&self.cfg, l)
     }
 
     fn host_w(
@@ -820,11 +799,7 @@ impl GpuBackend {
         let q = linear(&mut self.gpu, &qr, s, &wq_b, true).map_err(&e)?;
         let wrong_sign = self.inject_is(InjectionKind::RopeSign, &format!("L{l}.sa_q"));
         let table = self.rope_of(l).clone();
-        let per_token = Positions {
-            first: sp,
-            step: 1,
-            rows_per_pos: nh,
-        };
+        let per_token = Positions::per_token(sp, nh);
         rope(&mut self.gpu, &table, &q, s * nh, hd, per_token, wrong_sign).map_err(&e)?;
         self.cap(
             step,
@@ -838,11 +813,7 @@ impl GpuBackend {
         let kv_norm = self.v(step, &format!("{p}.kv_norm.weight"), &[hd])?;
         let kv0 = linear(&mut self.gpu, x, s, &wkv, true).map_err(&e)?;
         let kv = rmsnorm(&mut self.gpu, &kv0, s, &kv_norm, eps).map_err(&e)?;
-        let tok = Positions {
-            first: sp,
-            step: 1,
-            rows_per_pos: 1,
-        };
+        let tok = Positions::per_token(sp, 1);
         rope(&mut self.gpu, &table, &kv, s, hd, tok, false).map_err(&e)?;
         quant(&mut self.gpu, &kv, QuantMode::Fp8Block32).map_err(&e)?;
         let win = cfg.window_size;
@@ -997,19 +968,7 @@ impl GpuBackend {
             (k, t)
         };
         if let Some((lat, ng)) = latent {
-            let pos = if sp == 0 {
-                Positions {
-                    first: 0,
-                    step: r,
-                    rows_per_pos: 1,
-                }
-            } else {
-                Positions {
-                    first: sp + 1 - r,
-                    step: 0,
-                    rows_per_pos: 1,
-                }
-            };
+            let pos = Positions::compressed(sp, r);
             let table = self.rope_of(l).clone();
             rope(&mut self.gpu, &table, &lat, ng, hd, pos, false).map_err(&e)?;
             quant(&mut self.gpu, &lat, QuantMode::Fp4E4m3Block16).map_err(&e)?;
@@ -1130,19 +1089,7 @@ impl GpuBackend {
                 let k_norm = self.v(step, &format!("{p}.k_norm.weight"), &[ihd])?;
                 let k0 = linear(&mut self.gpu, lat, *ng, &wk, true).map_err(&e)?;
                 let k = rmsnorm(&mut self.gpu, &k0, *ng, &k_norm, cfg.norm_eps).map_err(&e)?;
-                let pos = if sp == 0 {
-                    Positions {
-                        first: 0,
-                        step: r,
-                        rows_per_pos: 1,
-                    }
-                } else {
-                    Positions {
-                        first: sp + 1 - r,
-                        step: 0,
-                        rows_per_pos: 1,
-                    }
-                };
+                let pos = Positions::compressed(sp, r);
                 rope(&mut self.gpu, &table, &k, *ng, ihd, pos, false).map_err(&e)?;
                 quant(&mut self.gpu, &k, QuantMode::Fp4E8m0Block32).map_err(&e)?;
                 self.layers[l]
@@ -1158,11 +1105,7 @@ impl GpuBackend {
             &[ih * ihd, cfg.q_lora_rank],
         )?;
         let q = linear(&mut self.gpu, qr, s, &wq_b, true).map_err(&e)?;
-        let per_token = Positions {
-            first: sp,
-            step: 1,
-            rows_per_pos: ih,
-        };
+        let per_token = Positions::per_token(sp, ih);
         rope(&mut self.gpu, &table, &q, s * ih, ihd, per_token, false).map_err(&e)?;
         quant(&mut self.gpu, &q, QuantMode::Fp4E8m0Block32).map_err(&e)?;
         let t_vis = end / r;
@@ -1192,11 +1135,7 @@ impl GpuBackend {
         let score =
             compress::index_scores(&mut self.gpu, &q, &keys, &wts, s, t_vis, ih, ihd, causal)
                 .map_err(&e)?;
-        let clen: Vec<usize> = if sp == 0 {
-            (0..s).map(|t| (t + 1) / r).collect()
-        } else {
-            vec![t_vis; s]
-        };
+        let clen = visible_lens(s, sp, r, t_vis);
         if role.candidate_source {
             let mask = if self.opts.reference_ties {
                 let sc = self.gpu.read_all(&score).map_err(&e)?;
@@ -1268,18 +1207,10 @@ impl GpuBackend {
         }
         let idx = if self.opts.reference_ties {
             let sc = self.gpu.read_all(&score).map_err(&e)?;
-            let mut v = Vec::with_capacity(s * k);
-            for t in 0..s {
-                let mut set = torch_cpu_topk_set(&sc[t * t_vis..(t + 1) * t_vis], k);
-                set.sort_unstable();
-                v.extend(set.into_iter().map(|pp| {
-                    if pp < clen[t] {
-                        (pp + offset) as f32
-                    } else {
-                        -1.0
-                    }
-                }));
-            }
+            let v: Vec<f32> = index_topk_rows(&sc, t_vis, &clen, k, offset, torch_cpu_topk_set)
+                .into_iter()
+                .map(|i| i as f32)
+                .collect();
             self.gpu.upload("topk", &v).map_err(&e)?
         } else {
             let t =
@@ -1287,22 +1218,10 @@ impl GpuBackend {
             if self.opts.tie_audit {
                 let sc = self.gpu.read_all(&score).map_err(&e)?;
                 let mine = self.gpu.read_all(&t).map_err(&e)?;
-                let mut rows = 0i64;
-                for tt in 0..s {
-                    let mut set = torch_cpu_topk_set(&sc[tt * t_vis..(tt + 1) * t_vis], k);
-                    set.sort_unstable();
-                    let host: Vec<f32> = set
-                        .into_iter()
-                        .map(|pp| {
-                            if pp < clen[tt] {
-                                (pp + offset) as f32
-                            } else {
-                                -1.0
-                            }
-                        })
-                        .collect();
-                    rows += (host[..] != mine[tt * k..(tt + 1) * k]) as i64;
-                }
+                let host = index_topk_rows(&sc, t_vis, &clen, k, offset, torch_cpu_topk_set);
+                let rows = (0..s)
+                    .filter(|&tt| (0..k).any(|j| host[tt * k + j] as f32 != mine[tt * k + j]))
+                    .count() as i64;
                 self.cap_host(Capture::int(
                     format!("tieflip.L{l}.topk_idxs"),
                     vec![1],
