@@ -1,11 +1,11 @@
 //! RoPE with YaRN and its inverse (`shaders/rope.wgsl`). The (cos, sin) table for the positions a
-//! call needs is built on the host from the oracle's [`RopeTable`] (the reference's
+//! call needs is built on the host from the shared [`RopeTable`] (the reference's
 //! `freqs_cis`: an f32 angle `pos · f_k`, its cos/sin rounded to f32), so the kernel's only
 //! arithmetic is the complex product and the bf16 rounding.
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor, MAX_GROUPS};
 use super::{guard, GpuError};
-use crate::oracle::ops::RopeTable;
+use crate::model::rope::{compressed_row_pos, RopeTable};
 
 /// `shaders/rope.wgsl`: uniform, table (read), y (read-write, rotated in place).
 pub static FAMILY: Family = Family {
@@ -37,6 +37,28 @@ pub struct Positions {
     pub first: usize,
     pub step: usize,
     pub rows_per_pos: usize,
+}
+
+impl Positions {
+    /// One position per token of a chunk at `start_pos`, `rows_per_pos` rows each (heads).
+    pub fn per_token(start_pos: usize, rows_per_pos: usize) -> Positions {
+        Positions {
+            first: start_pos,
+            step: 1,
+            rows_per_pos,
+        }
+    }
+
+    /// The compressed rows a chunk at `start_pos` completes with ratio `r`
+    /// ([`compressed_row_pos`]): a prefill's at `0, r, 2r, ...`, a decode step's one row at the
+    /// first position of its group.
+    pub fn compressed(start_pos: usize, r: usize) -> Positions {
+        Positions {
+            first: compressed_row_pos(start_pos, r, 0),
+            step: if start_pos == 0 { r } else { 0 },
+            rows_per_pos: 1,
+        }
+    }
 }
 
 /// Rotate the last `2·table.half` values of each of `rows` rows (width `width`) of `y` in place,

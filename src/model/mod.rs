@@ -1,6 +1,7 @@
 //! The model as the backends see it: geometry (`ModelConfig`), parameters (`WeightSource`),
-//! engram hash constants (`EngramTables`), and the step-wise backend contract (`Step`,
-//! `Capture`, `Backend`).
+//! engram hash constants (`EngramTables`), the step-wise backend contract (`Step`,
+//! `Capture`, `Backend`), and the graph math every backend shares (RoPE/YaRN tables, window
+//! and compressed index rows, candidate block selection).
 
 pub mod backend;
 pub mod config;
@@ -8,7 +9,9 @@ pub mod engram;
 pub mod gguf_export;
 pub mod gguf_source;
 pub mod params;
+pub mod rope;
 pub mod seed;
+pub mod sparse;
 pub mod weights;
 
 pub use backend::{

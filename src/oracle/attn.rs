@@ -4,93 +4,17 @@
 use super::faults::FaultKind;
 use super::ops::{dot_f64, gemm_bf16, gemm_f32, rmsnorm, softmax_in_place};
 use super::{invalid, Oracle};
+use crate::model::rope::compressed_row_pos;
+use crate::model::sparse::{index_topk_rows, select_candidate_blocks_by, visible_lens};
 use crate::model::{BackendError, Capture, CaptureDtype, Step};
 use crate::num::{
     act_quant_fp8_block32, bf16_round, fp4_e4m3_block16_round_trip, fp4_e8m0_block32_round_trip,
     torch_cpu_topk_set,
 };
 
-/// Window index rows (spec §11.3): prefill `[s, min(s, win)]`, decode `[1, win]` oldest first.
-pub fn window_idxs(win: usize, s: usize, sp: usize) -> (usize, Vec<i64>) {
-    if sp == 0 {
-        let w = s.min(win);
-        let mut v = Vec::with_capacity(s * w);
-        for t in 0..s {
-            let first = (t + 1).saturating_sub(win);
-            for c in 0..w {
-                let j = first + c;
-                v.push(if j > t { -1 } else { j as i64 });
-            }
-        }
-        (w, v)
-    } else {
-        let oldest = sp % win + 1;
-        let v = (oldest..win)
-            .chain(0..oldest)
-            .map(|j| if j > sp { -1 } else { j as i64 })
-            .collect();
-        (win, v)
-    }
-}
-
-/// `select_candidate_blocks` (spec §12.5) for score rows `[rows, w]` with per-row visible
-/// lengths; returns the `[rows, w]` keep mask.
-pub fn select_candidate_blocks(
-    score: &[f32],
-    w: usize,
-    clen: &[usize],
-    topk_blocks: usize,
-    block: usize,
-) -> Vec<bool> {
-    select_candidate_blocks_by(score, w, clen, topk_blocks, block, torch_cpu_topk_set)
-}
-
-/// One row's candidate block scores: each block's best index score, the block holding the last
-/// of the `clen` visible positions forced to +inf (it is always selected).
-pub fn candidate_block_scores(row: &[f32], clen: usize, block: usize) -> Vec<f32> {
-    let block = block.max(1);
-    let w = row.len();
-    let nb = w.div_ceil(block);
-    let mut bs: Vec<f32> = (0..nb)
-        .map(|b| {
-            row[b * block..((b + 1) * block).min(w)]
-                .iter()
-                .copied()
-                .fold(f32::NEG_INFINITY, f32::max)
-        })
-        .collect();
-    if clen > 0 && (clen - 1) / block < nb {
-        bs[(clen - 1) / block] = f32::INFINITY;
-    }
-    bs
-}
-
-/// [`select_candidate_blocks`] with another top-k rule over the block scores (the tie-order
-/// fault uses the lowest-index rule).
-pub fn select_candidate_blocks_by(
-    score: &[f32],
-    w: usize,
-    clen: &[usize],
-    topk_blocks: usize,
-    block: usize,
-    topk: fn(&[f32], usize) -> Vec<usize>,
-) -> Vec<bool> {
-    let rows = score.len().checked_div(w).unwrap_or(0);
-    let nb = w.div_ceil(block);
-    let mut mask = vec![false; rows * w];
-    for r in 0..rows {
-        let bs = candidate_block_scores(&score[r * w..(r + 1) * w], clen[r], block);
-        let picks = topk(&bs, topk_blocks.min(nb));
-        for b in picks {
-            if bs[b] > f32::NEG_INFINITY {
-                for p in b * block..((b + 1) * block).min(w) {
-                    mask[r * w + p] = true;
-                }
-            }
-        }
-    }
-    mask
-}
+/// The shared index math moved to [`crate::model::sparse`]; re-exported for the session's
+/// invariant and triage checks that still name it here.
+pub use crate::model::sparse::{candidate_block_scores, window_idxs};
 
 /// `sparse_attn` with shim semantics (spec §11.5): q `[s, h, hd]`, kv `[n, hd]`, idx `[s, w]`.
 #[allow(clippy::too_many_arguments)] // the kernel's operands, as the reference passes them
@@ -344,7 +268,7 @@ impl Oracle {
         if let Some(mut lat) = latent {
             let n_groups = lat.len() / hd;
             for j in 0..n_groups {
-                let pos = if sp == 0 { j * r } else { sp + 1 - r };
+                let pos = compressed_row_pos(sp, r, j);
                 let row = &mut lat[j * hd..(j + 1) * hd];
                 self.rope(l).apply(row, pos, false);
                 fp4_e4m3_block16_round_trip(row);
@@ -438,7 +362,7 @@ impl Oracle {
                 let ng = lat.len() / hd;
                 let mut k = rmsnorm(&gemm_bf16(lat, ng, hd, &wk, ihd), &k_norm, cfg.norm_eps);
                 for j in 0..ng {
-                    let pos = if sp == 0 { j * r } else { sp + 1 - r };
+                    let pos = compressed_row_pos(sp, r, j);
                     let row = &mut k[j * ihd..(j + 1) * ihd];
                     self.rope(l).apply(row, pos, false);
                     fp4_e8m0_block32_round_trip(row);
@@ -493,11 +417,7 @@ impl Oracle {
                 score[t * t_vis + pp] = bf16_round(acc as f32);
             }
         }
-        let clen: Vec<usize> = if sp == 0 {
-            (0..s).map(|t| (t + 1) / r).collect()
-        } else {
-            vec![t_vis; s]
-        };
+        let clen = visible_lens(s, sp, r, t_vis);
         if sp == 0 {
             for t in 0..s {
                 for pp in clen[t]..t_vis {
@@ -553,23 +473,12 @@ impl Oracle {
         let tie_fault =
             self.faults
                 .structural(FaultKind::TieOrder, &format!("L{l}.sa_topk_idxs"), sp);
-        let mut idxs = Vec::with_capacity(s * k);
-        for t in 0..s {
-            let row = &score[t * t_vis..(t + 1) * t_vis];
-            let mut set = if tie_fault {
-                super::faults::lowest_index_topk(row, k)
-            } else {
-                torch_cpu_topk_set(row, k)
-            };
-            set.sort_unstable();
-            idxs.extend(set.into_iter().map(|pp| {
-                if pp < clen[t] {
-                    (pp + offset) as i64
-                } else {
-                    -1
-                }
-            }));
-        }
+        let topk = if tie_fault {
+            super::faults::lowest_index_topk
+        } else {
+            torch_cpu_topk_set
+        };
+        let idxs = index_topk_rows(&score, t_vis, &clen, k, offset, topk);
         Ok((k, idxs))
     }
 }
@@ -590,42 +499,4 @@ pub fn pool(kv: &[f32], score: &[f32], r: usize, hd: usize) -> Vec<f32> {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn window_index_rows_match_the_spec() {
-        let (w, v) = window_idxs(8, 12, 0);
-        assert_eq!(w, 8);
-        assert_eq!(&v[0..8], &[0, -1, -1, -1, -1, -1, -1, -1]);
-        assert_eq!(&v[16..24], &[0, 1, 2, -1, -1, -1, -1, -1]);
-        assert_eq!(&v[88..96], &[4, 5, 6, 7, 8, 9, 10, 11]);
-        assert_eq!(window_idxs(8, 1, 12).1, vec![5, 6, 7, 0, 1, 2, 3, 4]);
-        assert_eq!(window_idxs(8, 1, 13).1, vec![6, 7, 0, 1, 2, 3, 4, 5]);
-        // Ring still filling: slots beyond the position are absent.
-        assert_eq!(window_idxs(8, 1, 3).1, vec![-1, -1, -1, -1, 0, 1, 2, 3]);
-        // A prefill shorter than the window has one column per token.
-        assert_eq!(
-            window_idxs(8, 3, 0),
-            (3, vec![0, -1, -1, 0, 1, -1, 0, 1, 2])
-        );
-    }
-
-    #[test]
-    fn candidate_blocks_pin_the_newest_block_and_drop_unreachable_picks() {
-        let ninf = f32::NEG_INFINITY;
-        // Decode-like row: 13 positions, blocks of 2, newest position 12 pinned.
-        let score = [
-            0.5, 0.25, 2.0, 1.0, ninf, ninf, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.1,
-        ];
-        let m = select_candidate_blocks(&score, 13, &[13], 3, 2);
-        let kept: Vec<usize> = (0..13).filter(|&p| m[p]).collect();
-        assert_eq!(kept, vec![2, 3, 10, 11, 12]);
-        // Only one reachable block: -inf picks are dropped.
-        let m = select_candidate_blocks(&[1.0, ninf, ninf, ninf], 4, &[1], 3, 2);
-        assert_eq!(m, vec![true, true, false, false]);
-    }
 }

@@ -9,12 +9,13 @@ pub mod moe;
 pub mod ops;
 pub mod state;
 
+use crate::model::rope::{RopeTable, RopeTables};
 use crate::model::{
     Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, SeedTensors, Step,
     WeightSource,
 };
 use crate::num::bf16_round;
-use ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid, RopeTable};
+use ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid};
 use state::{LayerState, PersistentState, RowCache, SharedSlots};
 use std::sync::Arc;
 
@@ -25,8 +26,7 @@ pub struct Oracle {
     cfg: ModelConfig,
     weights: Arc<dyn WeightSource>,
     engram: Option<EngramTables>,
-    rope_plain: RopeTable,
-    rope_yarn: RopeTable,
+    ropes: RopeTables,
     state: PersistentState,
     /// Current regime.
     ids: Vec<i64>,
@@ -58,29 +58,13 @@ impl Oracle {
         weights: Arc<dyn WeightSource>,
         engram: Option<EngramTables>,
     ) -> Oracle {
-        let rope_plain = RopeTable::new(
-            cfg.rope_head_dim,
-            0,
-            cfg.rope_theta,
-            cfg.rope_factor,
-            cfg.beta_fast,
-            cfg.beta_slow,
-        );
-        let rope_yarn = RopeTable::new(
-            cfg.rope_head_dim,
-            cfg.original_seq_len,
-            cfg.compress_rope_theta,
-            cfg.rope_factor,
-            cfg.beta_fast,
-            cfg.beta_slow,
-        );
+        let ropes = RopeTables::new(&cfg);
         let state = Self::fresh_state(&cfg);
         Oracle {
             cfg,
             weights,
             engram,
-            rope_plain,
-            rope_yarn,
+            ropes,
             state,
             ids: Vec::new(),
             sp: 0,
@@ -151,11 +135,7 @@ impl Oracle {
     }
 
     fn rope(&self, l: usize) -> &RopeTable {
-        if self.cfg.compress_ratios[l] > 0 {
-            &self.rope_yarn
-        } else {
-            &self.rope_plain
-        }
+        self.ropes.for_layer(&self.cfg, l)
     }
 
     fn step_engram_hash(&mut self, step: Step, out: &mut Vec<Capture>) -> Result<(), BackendError> {

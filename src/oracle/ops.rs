@@ -148,94 +148,9 @@ pub fn softmax_in_place(row: &mut [f32]) {
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
-/// RoPE frequencies `f_k` for `k < rope_dim/2`, with YaRN when `original_seq_len > 0`
-/// (spec §11.2), in f32 as the reference builds them. The angle `pos · f_k` is formed in f32 and
-/// its cos/sin taken on demand, so real `max_seq_len` costs no table memory.
-#[derive(Debug, Clone)]
-pub struct RopeTable {
-    pub half: usize,
-    pub freqs: Vec<f32>,
-}
-
-impl RopeTable {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        rope_dim: usize,
-        original_seq_len: usize,
-        base: f64,
-        factor: f64,
-        beta_fast: f64,
-        beta_slow: f64,
-    ) -> RopeTable {
-        let half = rope_dim / 2;
-        let base32 = base as f32;
-        let mut freqs: Vec<f32> = (0..half)
-            .map(|k| {
-                let e = (2 * k) as f32 / rope_dim as f32;
-                1.0 / base32.powf(e)
-            })
-            .collect();
-        if original_seq_len > 0 {
-            let dim = rope_dim as f64;
-            let corr = |rot: f64| {
-                dim * (original_seq_len as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
-                    / (2.0 * base.ln())
-            };
-            let low = corr(beta_fast).floor().max(0.0);
-            let high = corr(beta_slow).ceil().min(dim - 1.0);
-            let span = (high - low).max(1e-3) as f32;
-            let factor32 = factor as f32;
-            for (k, f) in freqs.iter_mut().enumerate() {
-                let ramp = ((k as f32 - low as f32) / span).clamp(0.0, 1.0);
-                let smooth = 1.0 - ramp;
-                *f = *f / factor32 * (1.0 - smooth) + *f * smooth;
-            }
-        }
-        RopeTable { half, freqs }
-    }
-
-    /// `(cos, sin)` of the f32 angle `pos · f_k`.
-    #[inline]
-    pub fn cis(&self, pos: usize, k: usize) -> (f32, f32) {
-        let a = (pos as f32 * self.freqs[k]) as f64;
-        (a.cos() as f32, a.sin() as f32)
-    }
-
-    /// Rotate the last `2·half` values of `v` by position `pos` (or its conjugate), rounding the
-    /// real and imaginary parts to bf16.
-    pub fn apply(&self, v: &mut [f32], pos: usize, inverse: bool) {
-        let rd = 2 * self.half;
-        let start = v.len() - rd;
-        for k in 0..self.half {
-            let (c, s0) = self.cis(pos, k);
-            let s = if inverse { -s0 } else { s0 };
-            let a = v[start + 2 * k];
-            let b = v[start + 2 * k + 1];
-            let re = a * c - b * s;
-            let im = a * s + b * c;
-            v[start + 2 * k] = bf16_round(re);
-            v[start + 2 * k + 1] = bf16_round(im);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    #[allow(clippy::excessive_precision)] // the spec's printed values
-    fn yarn_frequencies_match_the_spec() {
-        let t = RopeTable::new(8, 32, 40000.0, 2.0, 32.0, 1.0);
-        let want = [1.0f32, 0.0353553407, 0.0024999999, 0.000176776681];
-        for (g, w) in t.freqs.iter().zip(want) {
-            assert!((g - w).abs() <= w * 1e-6, "{g} vs {w}");
-        }
-        let plain = RopeTable::new(8, 0, 10000.0, 2.0, 32.0, 1.0);
-        for (g, w) in plain.freqs.iter().zip([1.0f32, 0.1, 0.01, 0.001]) {
-            assert!((g - w).abs() <= w * 1e-6, "{g} vs {w}");
-        }
-    }
 
     #[test]
     fn gemm_bits_do_not_depend_on_thread_count() {

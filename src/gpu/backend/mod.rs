@@ -1,0 +1,210 @@
+//! [`GpuBackend`]: the V4.1 forward on the GPU, step for step with the oracle and under the same
+//! capture names. State (window rings, compressor partial groups, compressed-KV and index-key
+//! caches, the shared slots as pointers to a layer's cache, stream and pre-mix) lives on the
+//! device across regimes; only the n-gram hash history and the slot *pointers* live on the host.
+//! Captures are copied out at capture time into mappable buffers and read back at the end of
+//! the step. One file per concern, side by side with `oracle/`: `state` (device state),
+//! `weights` (the weight cache), `capture` (copy-out), `embed`, `block`, `attn`, `compress`,
+//! `moe` and `head` (the final norm and LM head); isolated mode in `isolate`.
+
+use super::exec::{Gpu, Tensor, WeightTensor};
+use super::inject::Injection;
+use super::{GpuContext, GpuError};
+use crate::model::rope::{RopeTable, RopeTables};
+use crate::model::{
+    Backend, BackendError, Capture, EngramTables, ModelConfig, Pins, SeedTensors, Step,
+    WeightSource,
+};
+use capture::Slot;
+use state::{LayerState, Shared};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+mod attn;
+mod block;
+mod capture;
+mod compress;
+mod embed;
+mod head;
+mod isolate;
+mod moe;
+mod state;
+mod weights;
+
+/// How the GPU backend runs.
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Run the top-k selections (indexer, candidate blocks, MoE routing) on the host with the
+    /// torch-CPU rule instead of the GPU's tie rule, as production ports do.
+    pub reference_ties: bool,
+    /// A fault to inject on purpose (self-test of the comparison).
+    pub inject: Option<Injection>,
+    /// With GPU selections: also run the torch-CPU rule on the same scores on the host and emit
+    /// `tieflip.<capture>` audit captures (rows where the two rules chose differently), so a
+    /// lockstep session can tell tie flips from real mismatches.
+    pub tie_audit: bool,
+}
+
+/// Largest integer an f32 carries exactly; device index tensors stay below it.
+const F32_EXACT_INT: usize = 1 << 24;
+
+/// The GPU backend.
+pub struct GpuBackend {
+    gpu: Gpu,
+    cfg: ModelConfig,
+    weights: Arc<dyn WeightSource>,
+    engram: Option<EngramTables>,
+    ropes: RopeTables,
+    opts: GpuOptions,
+    wcache: HashMap<String, WeightTensor>,
+    layers: Vec<LayerState>,
+    shared: Shared,
+    hash_cache: Vec<i64>,
+    ids: Vec<i64>,
+    sp: usize,
+    hashes: Vec<i64>,
+    h: Option<Tensor>,
+    pre_mix: Option<Tensor>,
+    slots: Vec<Slot>,
+    /// The previous regime's captures (for the stale-buffer injection).
+    previous: HashMap<String, Vec<f32>>,
+    current: HashMap<String, Vec<f32>>,
+    /// Selections forced for the current forward (counterfactual pinning).
+    pins: Pins,
+    /// Seconds spent in `run`, per step kind (reports).
+    pub run_seconds: f64,
+}
+
+fn berr(step: Step) -> impl Fn(GpuError) -> BackendError {
+    move |e| BackendError::Invalid {
+        step: step.to_string(),
+        msg: format!("gpu: {e}"),
+    }
+}
+
+fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
+    BackendError::Invalid {
+        step: step.to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl GpuBackend {
+    /// A GPU backend on `ctx` with fresh (zero) state.
+    pub fn new(
+        ctx: GpuContext,
+        cfg: ModelConfig,
+        weights: Arc<dyn WeightSource>,
+        engram: Option<EngramTables>,
+        opts: GpuOptions,
+    ) -> Result<GpuBackend, GpuError> {
+        let mut gpu = Gpu::new(ctx);
+        let ropes = RopeTables::new(&cfg);
+        if cfg.hc_mult > super::hc::MAX_HC {
+            return Err(super::guard(
+                "hc_mix",
+                format!("hc_mult {} > {}", cfg.hc_mult, super::hc::MAX_HC),
+            ));
+        }
+        let layers = (0..cfg.n_layers)
+            .map(|l| LayerState::fresh(&gpu, &cfg, l))
+            .collect::<Result<Vec<_>, _>>()?;
+        gpu.flush();
+        Ok(GpuBackend {
+            gpu,
+            cfg,
+            weights,
+            engram,
+            ropes,
+            opts,
+            wcache: HashMap::new(),
+            layers,
+            shared: Shared::default(),
+            hash_cache: Vec::new(),
+            ids: Vec::new(),
+            sp: 0,
+            hashes: Vec::new(),
+            h: None,
+            pre_mix: None,
+            slots: Vec::new(),
+            previous: HashMap::new(),
+            current: HashMap::new(),
+            pins: Pins::default(),
+            run_seconds: 0.0,
+        })
+    }
+
+    /// The adapter this backend runs on.
+    pub fn adapter(&self) -> &super::AdapterSummary {
+        &self.gpu.ctx.adapter
+    }
+
+    /// Kernel dispatches so far.
+    pub fn dispatch_count(&self) -> u64 {
+        self.gpu.dispatch_count
+    }
+
+    pub(super) fn s(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub(super) fn rope_of(&self, l: usize) -> &RopeTable {
+        self.ropes.for_layer(&self.cfg, l)
+    }
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        "gpu".into()
+    }
+
+    fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
+        self.cfg
+            .check_forward(ids.len(), start_pos)
+            .map_err(|msg| invalid(Step::EngramHash, msg))?;
+        if !self.current.is_empty() {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.ids = ids.to_vec();
+        self.sp = start_pos;
+        self.hashes.clear();
+        self.h = None;
+        self.pre_mix = None;
+        // Pins hold for one forward; `pin` after `begin` sets them.
+        self.pins = Pins::default();
+        Ok(())
+    }
+
+    fn steps(&self) -> Vec<Step> {
+        self.cfg.steps()
+    }
+
+    fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        let t0 = std::time::Instant::now();
+        self.slots.clear();
+        let r = match step {
+            Step::EngramHash => self.step_engram_hash(step),
+            Step::Embed => self.step_embed(step),
+            Step::Engram(l) => self.step_engram(step, l),
+            Step::Block(l) if l < self.cfg.n_layers => self.step_block(step, l),
+            Step::Block(l) => Err(invalid(step, format!("layer {l} does not exist"))),
+            Step::Final => self.step_final(step),
+        };
+        let r = r.and_then(|()| self.finish(step, sink));
+        self.run_seconds += t0.elapsed().as_secs_f64();
+        r
+    }
+
+    fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
+        self.pins = pins.clone();
+        Ok(true)
+    }
+
+    fn seed(
+        &mut self,
+        step: Step,
+        reference: &dyn SeedTensors,
+    ) -> Result<Vec<String>, BackendError> {
+        self.seed_step(step, reference)
+    }
+}
