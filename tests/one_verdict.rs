@@ -23,7 +23,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 fn v3_path() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/ds41_tiny_golden.v3.json"
+        "/golden/reference/ds41_tiny_golden.v3.json"
     ))
 }
 
