@@ -59,6 +59,17 @@ pub struct CheckArgs {
     /// --golden` and the app), so a CI job can attach it and a developer open it locally.
     #[arg(long, value_name = "OUT.json")]
     pub export_failing: Option<PathBuf>,
+    /// Run the GGUF (`--gguf`) on these token ids with no golden: the CPU oracle is the
+    /// reference and the GPU is compared with it (comma-separated, e.g. 0,17,42).
+    #[arg(long, value_name = "IDS")]
+    pub tokens: Option<String>,
+    /// Like `--tokens`, tokenized with the GGUF's own vocabulary.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// After the prefill of `--tokens`/`--prompt`, this many decode steps, each feeding the
+    /// oracle's greedy next token.
+    #[arg(long, default_value_t = 0)]
+    pub decode: usize,
     /// Print only failing rows and the summary.
     #[arg(long)]
     pub quiet: bool,
@@ -92,6 +103,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let backends = parse_backends(&args.backend)?;
     if backends == Backends::Cpu && (args.reference_ties || args.inject.is_some()) {
         anyhow::bail!("--reference-ties and --inject apply to the GPU backend (use --backend gpu)");
+    }
+    if super::goldenless::wanted(&args) {
+        // No golden: the oracle is the reference, so a GPU run always runs beside it.
+        return super::goldenless::run(&args, backends != Backends::Cpu);
+    }
+    if args.decode > 0 {
+        anyhow::bail!("--decode applies to runs on --tokens or --prompt");
     }
     let golden = match &args.golden {
         Some(p) => Golden::load(p)?,
@@ -452,7 +470,10 @@ fn run_gpu(
 }
 
 /// Print a triage list: each index capture with a disagreement, then the totals.
-fn print_triage(against: &str, list: &[(String, golden_lens::session::triage::TopkTriage)]) {
+pub(crate) fn print_triage(
+    against: &str,
+    list: &[(String, golden_lens::session::triage::TopkTriage)],
+) {
     use golden_lens::session::multi::triage_totals;
     for (regime, t) in list.iter().filter(|(_, t)| t.rows_differing > 0) {
         let first = t.details.first().map(|d| {

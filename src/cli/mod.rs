@@ -3,6 +3,7 @@
 pub mod check;
 pub mod gguf;
 pub mod golden;
+pub mod goldenless;
 pub mod gui;
 pub mod localize;
 pub mod model;
@@ -64,6 +65,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 regime: None,
                 json: None,
                 export_failing: None,
+                tokens: None,
+                prompt: None,
+                decode: 0,
                 quiet: true,
                 strict: false,
                 repeat: 1,

@@ -630,11 +630,16 @@ impl<'a> Stepper<'a> {
                                 triage: t.clone(),
                                 scores_known: self.scores_known(&caps[0], name),
                             });
+                        let budget = self
+                            .cfg
+                            .as_ref()
+                            .map(|cfg| BudgetCheck::new(cfg, name, &Expected::Full(r), &cmp));
                         cross.push(CrossComparison {
                             test: self.names[bi].clone(),
                             reference: self.names[0].clone(),
                             cmp,
                             tie_flip,
+                            budget,
                             triage,
                         });
                     }

@@ -75,6 +75,9 @@ pub struct CrossComparison {
     /// tie audit reported a deviation from the torch rule in this selection or an earlier one
     /// of the regime): reported, not failed.
     pub tie_flip: bool,
+    /// The capture's error budget at the reference backend's magnitude, and the test backend's
+    /// error over it (what a golden-less run measures budgets against).
+    pub budget: Option<BudgetCheck>,
     /// Top-k triage of an index capture (`sa_topk_idxs`, `shared.L*.topk_idxs`, `moe_indices`)
     /// against the reference; None for every other capture.
     pub triage: Option<CaptureTriage>,
