@@ -9,6 +9,7 @@ pub mod gguf_export;
 pub mod gguf_source;
 pub mod params;
 pub mod seed;
+pub mod stored;
 pub mod weights;
 
 pub use backend::{
