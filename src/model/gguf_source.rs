@@ -682,4 +682,56 @@ impl WeightSource for GgufSource {
         let entry = self.entry(name)?;
         self.load_rows(name, entry, rows)
     }
+
+    /// 2-D parameters (whole tensors and expert slabs) in a decodable type, as their mapped
+    /// bytes: the oracle's GEMMs decode them chunk by chunk, with the same decoder and bf16
+    /// rounding as [`GgufSource::tensor`], so no f32 copy is made and no bit changes.
+    fn stored_matrix(
+        &self,
+        name: &str,
+    ) -> Option<Result<crate::model::stored::StoredMatrix<'_>, WeightError>> {
+        let entry = self.entries.get(name)?;
+        let (tensor, rows) = match &entry.origin {
+            Origin::Whole(t) => (t, None),
+            Origin::Expert(t, x) => (t, Some(*x)),
+            _ => return None,
+        };
+        let (file, info) = self.set.tensor(tensor)?;
+        if entry.shape.len() != 2 || !info.ggml_type.is_dequantizable() {
+            return None;
+        }
+        let (n_rows, cols) = (entry.shape[0], entry.shape[1]);
+        let view = || -> Result<_, WeightError> {
+            let row_bytes = info
+                .row_bytes()
+                .ok_or_else(|| self.err(name, "row size unknown"))?;
+            let first_row = match rows {
+                Some(x) => {
+                    let r = self
+                        .set
+                        .expert_rows(tensor, x)
+                        .map_err(|e| self.err(name, e))?;
+                    r.start
+                }
+                None => 0,
+            };
+            let len = (n_rows as u64)
+                .checked_mul(row_bytes)
+                .ok_or_else(|| self.err(name, "size overflows"))?;
+            let start = first_row
+                .checked_mul(row_bytes)
+                .and_then(|o| o.checked_add(info.offset))
+                .ok_or_else(|| self.err(name, "offset overflows"))?;
+            let bytes = file.read_bytes(start, len).map_err(|e| self.err(name, e))?;
+            crate::model::stored::StoredMatrix::new(
+                name,
+                info.ggml_type,
+                n_rows,
+                cols,
+                bytes,
+                entry.bf16,
+            )
+        };
+        Some(view())
+    }
 }

@@ -12,6 +12,7 @@ pub mod params;
 pub mod rope;
 pub mod seed;
 pub mod sparse;
+pub mod stored;
 pub mod weights;
 
 pub use backend::{

@@ -42,6 +42,17 @@ pub trait WeightSource: Send + Sync {
         let t = self.tensor(name)?;
         gather_rows(name, &shape, &t, rows)
     }
+    /// Parameter `name` as its file stores it, when the source holds a 2-D parameter in an
+    /// encoding the GEMM kernels decode chunk by chunk (GGML blocks, f16, bf16, f32): the GEMM
+    /// then reads the file's bytes once and never materialises an f32 copy. `None` (the
+    /// default) means "use [`WeightSource::tensor`]". The decoded values are exactly those of
+    /// `tensor`, so the bits of a GEMM do not depend on which of the two it used.
+    fn stored_matrix(
+        &self,
+        _name: &str,
+    ) -> Option<Result<super::stored::StoredMatrix<'_>, WeightError>> {
+        None
+    }
     /// Fetch `name` and check its shape.
     fn expect(&self, name: &str, shape: &[usize]) -> Result<Arc<Vec<f32>>, WeightError> {
         let found = self.shape(name).ok_or_else(|| WeightError::Missing {

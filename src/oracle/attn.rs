@@ -2,7 +2,8 @@
 //! (spec §12), with the shared slots' pointer semantics.
 
 use super::faults::FaultKind;
-use super::ops::{dot_f64, gemm_bf16, gemm_f32, rmsnorm, softmax_in_place};
+use super::linear::linear;
+use super::ops::{dot_f64, rmsnorm, softmax_in_place};
 use super::{invalid, Oracle};
 use crate::model::rope::compressed_row_pos;
 use crate::model::sparse::{index_topk_rows, select_candidate_blocks_by, visible_lens};
@@ -76,19 +77,22 @@ impl Oracle {
         let sp = self.sp;
         let p = format!("layers.{l}.attn");
         let role = cfg.role(l);
-        let wq_a = self.w(step, &format!("{p}.wq_a.weight"), &[cfg.q_lora_rank, d])?;
+        let ws = self.weights.clone();
+        let wq_a = linear(
+            &*ws,
+            step,
+            &format!("{p}.wq_a.weight"),
+            [cfg.q_lora_rank, d],
+        )?;
         let q_norm = self.w(step, &format!("{p}.q_norm.weight"), &[cfg.q_lora_rank])?;
-        let qr = rmsnorm(
-            &gemm_bf16(x, s, d, &wq_a, cfg.q_lora_rank),
-            &q_norm,
-            cfg.norm_eps,
-        );
-        let wq_b = self.w(
+        let qr = rmsnorm(&wq_a.bf16(x, s, d, cfg.q_lora_rank), &q_norm, cfg.norm_eps);
+        let wq_b = linear(
+            &*ws,
             step,
             &format!("{p}.wq_b.weight"),
-            &[nh * hd, cfg.q_lora_rank],
+            [nh * hd, cfg.q_lora_rank],
         )?;
-        let mut q = gemm_bf16(&qr, s, cfg.q_lora_rank, &wq_b, nh * hd);
+        let mut q = wq_b.bf16(&qr, s, cfg.q_lora_rank, nh * hd);
         let q_inverse = self
             .faults
             .structural(FaultKind::RopeSign, &format!("L{l}.sa_q"), sp);
@@ -105,9 +109,9 @@ impl Oracle {
             CaptureDtype::Bf16,
             &mut q,
         );
-        let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
+        let wkv = linear(&*ws, step, &format!("{p}.wkv.weight"), [hd, d])?;
         let kv_norm = self.w(step, &format!("{p}.kv_norm.weight"), &[hd])?;
-        let mut kv = rmsnorm(&gemm_bf16(x, s, d, &wkv, hd), &kv_norm, cfg.norm_eps);
+        let mut kv = rmsnorm(&wkv.bf16(x, s, d, hd), &kv_norm, cfg.norm_eps);
         for t in 0..s {
             self.rope(l)
                 .apply(&mut kv[t * hd..(t + 1) * hd], sp + t, false);
@@ -200,19 +204,23 @@ impl Oracle {
         let g = cfg.o_groups;
         let gd = nh * hd / g;
         let olr = cfg.o_lora_rank;
-        let wo_a = self.w(step, &format!("{p}.wo_a.weight"), &[g * olr, gd])?;
+        let wo_a = linear(&*ws, step, &format!("{p}.wo_a.weight"), [g * olr, gd])?;
+        // Group gi: its slice of every token's heads against wo_a rows gi·olr.., one GEMM-bf16.
         let mut u = vec![0f32; s * g * olr];
-        for t in 0..s {
-            for gi in 0..g {
-                let ov = &o[t * nh * hd + gi * gd..t * nh * hd + (gi + 1) * gd];
-                for r in 0..olr {
-                    let row = &wo_a[(gi * olr + r) * gd..(gi * olr + r + 1) * gd];
-                    u[(t * g + gi) * olr + r] = bf16_round(dot_f64(ov, row));
-                }
+        let mut og = Vec::with_capacity(s * gd);
+        for gi in 0..g {
+            og.clear();
+            for t in 0..s {
+                og.extend_from_slice(&o[t * nh * hd + gi * gd..t * nh * hd + (gi + 1) * gd]);
+            }
+            let ug = wo_a.bf16_rows(&og, s, gd, gi * olr..(gi + 1) * olr);
+            for t in 0..s {
+                u[(t * g + gi) * olr..(t * g + gi + 1) * olr]
+                    .copy_from_slice(&ug[t * olr..(t + 1) * olr]);
             }
         }
-        let wo_b = self.w(step, &format!("{p}.wo_b.weight"), &[d, g * olr])?;
-        Ok(gemm_bf16(&u, s, g * olr, &wo_b, d))
+        let wo_b = linear(&*ws, step, &format!("{p}.wo_b.weight"), [d, g * olr])?;
+        Ok(wo_b.bf16(&u, s, g * olr, d))
     }
 
     /// `_compress_kv`: returns the compressed rows to append (`[compress_len, hd]`), the width of
@@ -301,18 +309,14 @@ impl Oracle {
         let r = cfg.compress_ratios[l];
         let p = format!("layers.{l}.attn.compressor");
         let norm = self.w(step, &format!("{p}.norm.weight"), &[hd])?;
+        let ws = self.weights.clone();
+        let wkv = linear(&*ws, step, &format!("{p}.wkv.weight"), [hd, d])?;
         if r == 1 {
-            let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
-            return Ok(Some(rmsnorm(
-                &gemm_bf16(x, s, d, &wkv, hd),
-                &norm,
-                cfg.norm_eps,
-            )));
+            return Ok(Some(rmsnorm(&wkv.bf16(x, s, d, hd), &norm, cfg.norm_eps)));
         }
-        let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
-        let wgate = self.w(step, &format!("{p}.wgate.weight"), &[hd, d])?;
-        let kv = gemm_f32(x, s, d, &wkv, hd);
-        let score = gemm_f32(x, s, d, &wgate, hd);
+        let wgate = linear(&*ws, step, &format!("{p}.wgate.weight"), [hd, d])?;
+        let kv = wkv.f32(x, s, d, hd);
+        let score = wgate.f32(x, s, d, hd);
         let st = &mut self.state.layers[l];
         let pooled = if sp == 0 {
             let rem = s % r;
@@ -357,10 +361,11 @@ impl Oracle {
         let p = format!("layers.{l}.attn.indexer");
         if role.kv_source {
             if let Some(lat) = latent {
-                let wk = self.w(step, &format!("{p}.wk.weight"), &[ihd, hd])?;
+                let ws = self.weights.clone();
+                let wk = linear(&*ws, step, &format!("{p}.wk.weight"), [ihd, hd])?;
                 let k_norm = self.w(step, &format!("{p}.k_norm.weight"), &[ihd])?;
                 let ng = lat.len() / hd;
-                let mut k = rmsnorm(&gemm_bf16(lat, ng, hd, &wk, ihd), &k_norm, cfg.norm_eps);
+                let mut k = rmsnorm(&wk.bf16(lat, ng, hd, ihd), &k_norm, cfg.norm_eps);
                 for j in 0..ng {
                     let pos = compressed_row_pos(sp, r, j);
                     let row = &mut k[j * ihd..(j + 1) * ihd];
@@ -371,12 +376,14 @@ impl Oracle {
                 self.state.shared.index_k = Some(l);
             }
         }
-        let wq_b = self.w(
+        let ws = self.weights.clone();
+        let wq_b = linear(
+            &*ws,
             step,
             &format!("{p}.wq_b.weight"),
-            &[ih * ihd, cfg.q_lora_rank],
+            [ih * ihd, cfg.q_lora_rank],
         )?;
-        let mut q = gemm_bf16(qr, s, cfg.q_lora_rank, &wq_b, ih * ihd);
+        let mut q = wq_b.bf16(qr, s, cfg.q_lora_rank, ih * ihd);
         for t in 0..s {
             for h in 0..ih {
                 let b = (t * ih + h) * ihd;
@@ -397,9 +404,10 @@ impl Oracle {
                 "index key width does not match index_head_dim",
             ));
         }
-        let wp = self.w(step, &format!("{p}.weights_proj.weight"), &[ih, d])?;
+        let wp = linear(&*ws, step, &format!("{p}.weights_proj.weight"), [ih, d])?;
         let wscale = ((ihd as f64).powf(-0.5) * (ih as f64).powf(-0.5)) as f32;
-        let wts: Vec<f32> = gemm_bf16(x, s, d, &wp, ih)
+        let wts: Vec<f32> = wp
+            .bf16(x, s, d, ih)
             .into_iter()
             .map(|v| bf16_round(v * wscale))
             .collect();

@@ -75,10 +75,12 @@ impl Oracle {
             SeedItem::CompressorRow { layer, slot, x } => {
                 let (d, hd) = (self.cfg.dim, self.cfg.head_dim);
                 let p = format!("layers.{layer}.attn.compressor");
-                let wkv = self.w(step, &format!("{p}.wkv.weight"), &[hd, d])?;
-                let wgate = self.w(step, &format!("{p}.wgate.weight"), &[hd, d])?;
-                let kv = super::ops::gemm_f32(&x, 1, d, &wkv, hd);
-                let sc = super::ops::gemm_f32(&x, 1, d, &wgate, hd);
+                let ws = self.weights.clone();
+                let wkv = super::linear::linear(&*ws, step, &format!("{p}.wkv.weight"), [hd, d])?;
+                let wgate =
+                    super::linear::linear(&*ws, step, &format!("{p}.wgate.weight"), [hd, d])?;
+                let kv = wkv.f32(&x, 1, d, hd);
+                let sc = wgate.f32(&x, 1, d, hd);
                 let st = &mut self.state.layers[layer];
                 if st.kv_state.len() >= (slot + 1) * hd && st.score_state.len() >= (slot + 1) * hd {
                     st.kv_state[slot * hd..(slot + 1) * hd].copy_from_slice(&kv);

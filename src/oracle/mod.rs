@@ -3,8 +3,10 @@
 
 pub mod attn;
 pub mod faults;
+pub mod gemm;
 pub mod hc;
 mod isolate;
+mod linear;
 pub mod moe;
 pub mod ops;
 pub mod state;
@@ -15,7 +17,7 @@ use crate::model::{
     WeightSource,
 };
 use crate::num::bf16_round;
-use ops::{gemm_bf16, gemm_f32, mean_sq, rmsnorm, rsqrt, sigmoid};
+use ops::{mean_sq, rmsnorm, rsqrt, sigmoid};
 use state::{LayerState, PersistentState, RowCache, SharedSlots};
 use std::sync::Arc;
 
@@ -239,8 +241,9 @@ impl Oracle {
             &mut emb,
         );
         let kv_w = (hc + 1) * d;
-        let wkv = self.w(step, &format!("{pre}.wkv.weight"), &[kv_w, cols * hd])?;
-        let mut kv = gemm_bf16(&emb, s, cols * hd, &wkv, kv_w);
+        let ws = self.weights.clone();
+        let wkv = linear::linear(&*ws, step, &format!("{pre}.wkv.weight"), [kv_w, cols * hd])?;
+        let mut kv = wkv.bf16(&emb, s, cols * hd, kv_w);
         self.put_f32(
             out,
             format!("L{l}.engram_kv"),
@@ -545,6 +548,7 @@ impl Oracle {
             vec![s, k],
             &mut routing.indices,
         );
+        let ws = self.weights.clone();
         let mut y = vec![0f32; s * d];
         for ex in 0..e {
             let mut rows = Vec::new();
@@ -565,10 +569,10 @@ impl Oracle {
                 .flat_map(|&t| x[t * d..(t + 1) * d].to_vec())
                 .collect();
             let ep = format!("{p}.experts.{ex}");
-            let w1 = self.w(step, &format!("{ep}.w1.weight"), &[inter, d])?;
-            let w2 = self.w(step, &format!("{ep}.w2.weight"), &[d, inter])?;
-            let w3 = self.w(step, &format!("{ep}.w3.weight"), &[inter, d])?;
-            let ye = moe::expert(cfg, &xe, &w1, &w2, &w3, Some(&wts));
+            let w1 = linear::linear(&*ws, step, &format!("{ep}.w1.weight"), [inter, d])?;
+            let w2 = linear::linear(&*ws, step, &format!("{ep}.w2.weight"), [d, inter])?;
+            let w3 = linear::linear(&*ws, step, &format!("{ep}.w3.weight"), [inter, d])?;
+            let ye = moe::expert_rows(cfg, &xe, w1.rows(), w2.rows(), w3.rows(), Some(&wts));
             for (r, &t) in rows.iter().enumerate() {
                 for i in 0..d {
                     y[t * d + i] += ye[r * d + i];
@@ -576,10 +580,10 @@ impl Oracle {
             }
         }
         let sp = format!("{p}.shared_experts");
-        let w1 = self.w(step, &format!("{sp}.w1.weight"), &[inter, d])?;
-        let w2 = self.w(step, &format!("{sp}.w2.weight"), &[d, inter])?;
-        let w3 = self.w(step, &format!("{sp}.w3.weight"), &[inter, d])?;
-        let ys = moe::expert(cfg, x, &w1, &w2, &w3, None);
+        let w1 = linear::linear(&*ws, step, &format!("{sp}.w1.weight"), [inter, d])?;
+        let w2 = linear::linear(&*ws, step, &format!("{sp}.w2.weight"), [d, inter])?;
+        let w3 = linear::linear(&*ws, step, &format!("{sp}.w3.weight"), [inter, d])?;
+        let ys = moe::expert_rows(cfg, x, w1.rows(), w2.rows(), w3.rows(), None);
         Ok(y.iter().zip(&ys).map(|(a, b)| bf16_round(a + b)).collect())
     }
 
@@ -604,8 +608,9 @@ impl Oracle {
             CaptureDtype::Bf16,
             &mut head_in,
         );
-        let head = self.w(step, "head.weight", &[v, d])?;
-        let mut logits = gemm_f32(&head_in, s, d, &head, v);
+        let ws = self.weights.clone();
+        let head = linear::linear(&*ws, step, "head.weight", [v, d])?;
+        let mut logits = head.f32(&head_in, s, d, v);
         self.put_f32(
             out,
             "logits_full",

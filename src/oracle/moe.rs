@@ -1,7 +1,8 @@
 //! MoE (spec §14): gate with bias-only selection, routed SwiGLU experts with the asymmetric
 //! clamp, one shared expert, combine in f32.
 
-use super::ops::{gemm_bf16, gemm_f32, sigmoid, silu, softmax_in_place, softplus};
+use super::gemm::{gemm, WeightRows};
+use super::ops::{gemm_f32, sigmoid, silu, softmax_in_place, softplus};
 use crate::model::{ModelConfig, ScoreFunc};
 use crate::num::{bf16_round, torch_cpu_topk_order};
 
@@ -80,8 +81,7 @@ pub fn route(
     Routing { weights, indices }
 }
 
-/// One SwiGLU expert on rows `x [n, dim]`, optionally scaling each row's activation by a routing
-/// weight before the down projection. Returns bf16 `[n, dim]`.
+/// One SwiGLU expert on rows `x [n, dim]` with f32 weights (see [`expert_rows`]).
 pub fn expert(
     cfg: &ModelConfig,
     x: &[f32],
@@ -90,10 +90,24 @@ pub fn expert(
     w3: &[f32],
     row_weights: Option<&[f32]>,
 ) -> Vec<f32> {
+    use WeightRows::F32;
+    expert_rows(cfg, x, F32(w1), F32(w2), F32(w3), row_weights)
+}
+
+/// One SwiGLU expert on rows `x [n, dim]`, optionally scaling each row's activation by a routing
+/// weight before the down projection. Returns bf16 `[n, dim]`.
+pub fn expert_rows(
+    cfg: &ModelConfig,
+    x: &[f32],
+    w1: WeightRows<'_>,
+    w2: WeightRows<'_>,
+    w3: WeightRows<'_>,
+    row_weights: Option<&[f32]>,
+) -> Vec<f32> {
     let n = x.len() / cfg.dim;
     let inter = cfg.moe_inter_dim;
-    let g = gemm_bf16(x, n, cfg.dim, w1, inter);
-    let u = gemm_bf16(x, n, cfg.dim, w3, inter);
+    let g = gemm(x, n, cfg.dim, w1, inter, true);
+    let u = gemm(x, n, cfg.dim, w3, inter, true);
     let lim = cfg.swiglu_limit;
     let mut a = Vec::with_capacity(n * inter);
     for r in 0..n {
@@ -111,5 +125,5 @@ pub fn expert(
             a.push(bf16_round(v));
         }
     }
-    gemm_bf16(&a, n, inter, w2, cfg.dim)
+    gemm(&a, n, inter, w2, cfg.dim, true)
 }

@@ -1,15 +1,10 @@
 //! Tensor kernels of the oracle, each with the reference's rounding points (spec §6, §19.2).
 //! Activations are row-major f32 slices; bf16 tensors hold bf16-representable values.
-//! GEMMs are rayon-parallel over output elements, each element reduced in one fixed order, so
-//! the bits do not depend on the thread count.
+//! GEMMs run in `super::gemm` (blocked SIMD kernels, rayon over output blocks), each element
+//! reduced in the one order [`dot_f64`] defines, so the bits depend on neither the kernel path
+//! nor the thread count.
 
 use crate::num::bf16_round;
-use rayon::prelude::*;
-
-/// Weight rows per rayon task in a GEMM (8 rows of 5120 f32 = 160 KiB, about an L2).
-const GEMM_COLS: usize = 8;
-/// Below this many multiply-adds a GEMM runs on the calling thread.
-const GEMM_PAR_MIN_MACS: usize = 1 << 16;
 
 /// Exact-as-possible dot product: f64 accumulation in four fixed lanes (products of an f32 and a
 /// bf16/f32 value are exact or nearly so in f64), then one rounding to f32.
@@ -45,46 +40,7 @@ pub fn gemm_bf16(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32>
 }
 
 fn gemm(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, round: bool) -> Vec<f32> {
-    debug_assert_eq!(x.len(), m * k);
-    debug_assert_eq!(w.len(), n * k);
-    let cell = |i: usize, o: usize| {
-        let v = dot_f64(&x[i * k..(i + 1) * k], &w[o * k..(o + 1) * k]);
-        if round {
-            bf16_round(v)
-        } else {
-            v
-        }
-    };
-    let mut out = vec![0f32; m * n];
-    if m * n * k < GEMM_PAR_MIN_MACS {
-        for (idx, y) in out.iter_mut().enumerate() {
-            *y = cell(idx / n, idx % n);
-        }
-        return out;
-    }
-    // Tasks own blocks of GEMM_COLS weight rows and run every input row against them while
-    // they are hot in cache, so each weight row is read from memory once, not m times.
-    let cols: Vec<Vec<f32>> = (0..n.div_ceil(GEMM_COLS))
-        .into_par_iter()
-        .map(|b| {
-            let (lo, hi) = (b * GEMM_COLS, ((b + 1) * GEMM_COLS).min(n));
-            let mut blk = Vec::with_capacity(m * (hi - lo));
-            for i in 0..m {
-                for o in lo..hi {
-                    blk.push(cell(i, o));
-                }
-            }
-            blk
-        })
-        .collect();
-    for (b, blk) in cols.iter().enumerate() {
-        let lo = b * GEMM_COLS;
-        let width = blk.len() / m;
-        for i in 0..m {
-            out[i * n + lo..i * n + lo + width].copy_from_slice(&blk[i * width..(i + 1) * width]);
-        }
-    }
-    out
+    super::gemm::gemm(x, m, k, super::gemm::WeightRows::F32(w), n, round)
 }
 
 /// Mean of squares of an f32 row, as torch's `x.square().mean(-1)` up to summation order.

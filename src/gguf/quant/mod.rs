@@ -9,6 +9,7 @@ pub mod iq2xxs;
 pub mod kquants;
 pub mod legacy;
 pub mod mxfp4;
+pub mod rows;
 
 use super::error::{GgufError, Result};
 use super::ggml_type::GgmlType;
@@ -35,10 +36,139 @@ pub(crate) fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     ])
 }
 
+/// Decodes a whole number of blocks of one type: `bytes` holds `n` blocks and `out` receives
+/// their `n × block_values` values (callers check the lengths; extra bytes or values are left
+/// alone).
+pub type BlockDecoder = fn(&[u8], &mut [f32]);
+
+/// Decodes consecutive blocks with a per-block function.
+macro_rules! block_rows {
+    ($name:ident, $block_fn:path, $values:expr, $bytes:expr) => {
+        fn $name(bytes: &[u8], out: &mut [f32]) {
+            for (src, dst) in bytes
+                .chunks_exact($bytes)
+                .zip(out.chunks_exact_mut($values))
+            {
+                $block_fn(src, dst);
+            }
+        }
+    };
+}
+
+block_rows!(
+    q8_0_rows,
+    legacy::dequantize_q8_0_block,
+    32,
+    legacy::Q8_0_BLOCK_BYTES
+);
+block_rows!(
+    q4_0_rows,
+    legacy::dequantize_q4_0_block,
+    32,
+    legacy::Q4_0_BLOCK_BYTES
+);
+block_rows!(
+    q2_k_rows,
+    kquants::dequantize_q2_k_block,
+    256,
+    kquants::Q2_K_BLOCK_BYTES
+);
+block_rows!(
+    q3_k_rows,
+    kquants::dequantize_q3_k_block,
+    256,
+    kquants::Q3_K_BLOCK_BYTES
+);
+block_rows!(
+    q4_k_rows,
+    kquants::dequantize_q4_k_block,
+    256,
+    kquants::Q4_K_BLOCK_BYTES
+);
+block_rows!(
+    q5_k_rows,
+    kquants::dequantize_q5_k_block,
+    256,
+    kquants::Q5_K_BLOCK_BYTES
+);
+block_rows!(
+    q6_k_rows,
+    kquants::dequantize_q6_k_block,
+    256,
+    kquants::Q6_K_BLOCK_BYTES
+);
+block_rows!(
+    iq2_xxs_rows,
+    iq2xxs::dequantize_block,
+    256,
+    iq2xxs::BLOCK_BYTES
+);
+block_rows!(mxfp4_rows, mxfp4::dequantize_block, 32, mxfp4::BLOCK_BYTES);
+
+/// `(values per block, bytes per block, decoder)` of a type golden-lens can decode: the fast
+/// row decoders of [`rows`] (vectorized, chosen by the CPU), bit-identical to the reference.
+pub fn block_decoder(ty: GgmlType) -> Option<(usize, usize, BlockDecoder)> {
+    let decode: BlockDecoder = match ty {
+        GgmlType::F32 => rows::f32_rows,
+        GgmlType::F16 => rows::f16,
+        GgmlType::Bf16 => rows::bf16,
+        GgmlType::I8 => rows::i8_rows,
+        GgmlType::Q8_0 => rows::q8_0,
+        GgmlType::Q4_0 => rows::q4_0,
+        GgmlType::Q2K => rows::q2_k,
+        GgmlType::Q3K => rows::q3_k,
+        GgmlType::Q4K => rows::q4_k,
+        GgmlType::Q5K => rows::q5_k,
+        GgmlType::Q6K => rows::q6_k,
+        GgmlType::Iq2Xxs => rows::iq2_xxs,
+        GgmlType::Mxfp4 => rows::mxfp4,
+        _ => return None,
+    };
+    let (values, bytes) = ty.block_layout()?;
+    Some((values, bytes, decode))
+}
+
+/// The reference decoders: one block at a time, written as ggml's reference loops (what
+/// gguf-py was checked against). Benches and tests compare the fast decoders with them.
+pub fn reference_block_decoder(ty: GgmlType) -> Option<(usize, usize, BlockDecoder)> {
+    let decode: BlockDecoder = match ty {
+        GgmlType::F32 => float::dequantize_f32,
+        GgmlType::F16 => float::dequantize_f16,
+        GgmlType::Bf16 => float::dequantize_bf16,
+        GgmlType::I8 => float::dequantize_i8,
+        GgmlType::Q8_0 => q8_0_rows,
+        GgmlType::Q4_0 => q4_0_rows,
+        GgmlType::Q2K => q2_k_rows,
+        GgmlType::Q3K => q3_k_rows,
+        GgmlType::Q4K => q4_k_rows,
+        GgmlType::Q5K => q5_k_rows,
+        GgmlType::Q6K => q6_k_rows,
+        GgmlType::Iq2Xxs => iq2_xxs_rows,
+        GgmlType::Mxfp4 => mxfp4_rows,
+        _ => return None,
+    };
+    let (values, bytes) = ty.block_layout()?;
+    Some((values, bytes, decode))
+}
+
 /// Dequantizes `out.len()` values of type `ty` from `bytes`. `out.len()` must be a whole number
 /// of blocks and `bytes` exactly that many blocks long; otherwise (or for a type without a
 /// decoder) an error says what was expected.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    dequantize_with(ty, bytes, out, block_decoder)
+}
+
+/// [`dequantize`] with the reference decoders.
+pub fn dequantize_reference(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    dequantize_with(ty, bytes, out, reference_block_decoder)
+}
+
+fn dequantize_with(
+    ty: GgmlType,
+    bytes: &[u8],
+    out: &mut [f32],
+    decoder: fn(GgmlType) -> Option<(usize, usize, BlockDecoder)>,
+) -> Result<()> {
     let err = |problem: String| GgufError::Quant {
         ggml_type: ty.name(),
         problem,
@@ -66,40 +196,8 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
             out.len()
         )));
     }
-    let block_fn: fn(&[u8], &mut [f32]) = match ty {
-        GgmlType::F32 => {
-            float::dequantize_f32(bytes, out);
-            return Ok(());
-        }
-        GgmlType::F16 => {
-            float::dequantize_f16(bytes, out);
-            return Ok(());
-        }
-        GgmlType::Bf16 => {
-            float::dequantize_bf16(bytes, out);
-            return Ok(());
-        }
-        GgmlType::I8 => {
-            float::dequantize_i8(bytes, out);
-            return Ok(());
-        }
-        GgmlType::Q8_0 => legacy::dequantize_q8_0_block,
-        GgmlType::Q4_0 => legacy::dequantize_q4_0_block,
-        GgmlType::Q2K => kquants::dequantize_q2_k_block,
-        GgmlType::Q3K => kquants::dequantize_q3_k_block,
-        GgmlType::Q4K => kquants::dequantize_q4_k_block,
-        GgmlType::Q5K => kquants::dequantize_q5_k_block,
-        GgmlType::Q6K => kquants::dequantize_q6_k_block,
-        GgmlType::Iq2Xxs => iq2xxs::dequantize_block,
-        GgmlType::Mxfp4 => mxfp4::dequantize_block,
-        _ => return Err(err("no decoder for this type".into())),
-    };
-    for (src, dst) in bytes
-        .chunks_exact(block_bytes)
-        .zip(out.chunks_exact_mut(block_values))
-    {
-        block_fn(src, dst);
-    }
+    let (_, _, decode) = decoder(ty).ok_or_else(|| err("no decoder for this type".into()))?;
+    decode(bytes, out);
     Ok(())
 }
 

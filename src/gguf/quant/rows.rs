@@ -1,0 +1,504 @@
+//! Fast row decoders: every block type's decoder written so the compiler vectorizes it (inner
+//! loops of 16 or 32 lanes with the scale hoisted), compiled three times (AVX-512, AVX2 + FMA +
+//! F16C, and the baseline) and picked at run time; the table lookups (MXFP4's E2M1 codes) and
+//! f16 widening use explicit x86 instructions where present. Each performs exactly the
+//! operations of the per-block reference decoder in the same order (the same multiplies and
+//! subtracts, unfused), so the bits are equal; `tests` checks that on random blocks of every
+//! type, NaN and infinite scales included.
+
+use super::{f16_at, iq2xxs, kquants, legacy, mxfp4, u32_at};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Defines `$name(bytes, out)`: `$body` compiled for AVX-512 and for AVX2 (+FMA, F16C) and
+/// chosen by the CPU's features, else the baseline build.
+macro_rules! dispatch {
+    ($(#[$doc:meta])* $name:ident, $body:ident) => {
+        $(#[$doc])*
+        pub(super) fn $name(bytes: &[u8], out: &mut [f32]) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                unsafe fn wide(bytes: &[u8], out: &mut [f32]) {
+                    $body(bytes, out)
+                }
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn narrow(bytes: &[u8], out: &mut [f32]) {
+                    $body(bytes, out)
+                }
+                match simd_level() {
+                    // SAFETY: the level says the CPU has every feature `wide` enables.
+                    SimdLevel::Avx512 => return unsafe { wide(bytes, out) },
+                    // SAFETY: as above, for `narrow`'s features.
+                    SimdLevel::Avx2 => return unsafe { narrow(bytes, out) },
+                    SimdLevel::Baseline => {}
+                }
+            }
+            $body(bytes, out)
+        }
+    };
+}
+
+/// The instruction sets the decoders may use here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
+    Baseline = 0,
+    Avx2 = 1,
+    Avx512 = 2,
+}
+
+impl SimdLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Baseline => "baseline",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+}
+
+/// What this CPU offers the decoders (the detection macros cache their answer).
+pub fn detected_simd_level() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+        if avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
+            return SimdLevel::Avx512;
+        }
+        if avx2 {
+            return SimdLevel::Avx2;
+        }
+    }
+    SimdLevel::Baseline
+}
+
+/// Highest level the decoders may use (tests and benches lower it to run every variant).
+static CAP: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Caps the decoders at `level` (`None`: whatever the CPU offers). Every level gives the same
+/// bits; this exists so tests and `golden-lens bench` can run each variant.
+pub fn cap_simd_level(level: Option<SimdLevel>) {
+    CAP.store(level.map_or(u8::MAX, |l| l as u8), Ordering::Relaxed);
+}
+
+/// The level the decoders use now: the CPU's, lowered by [`cap_simd_level`].
+pub fn simd_level() -> SimdLevel {
+    let detected = detected_simd_level();
+    match CAP.load(Ordering::Relaxed) {
+        c if c >= detected as u8 => detected,
+        0 => SimdLevel::Baseline,
+        _ => SimdLevel::Avx2,
+    }
+}
+
+#[inline(always)]
+fn q8_0_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(legacy::Q8_0_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(32))
+    {
+        let d = f16_at(b, 0);
+        for (o, &q) in o.iter_mut().zip(&b[2..34]) {
+            *o = f32::from(q as i8) * d;
+        }
+    }
+}
+dispatch!(
+    /// Q8_0 rows (see `legacy::dequantize_q8_0_block`).
+    q8_0,
+    q8_0_body
+);
+
+#[inline(always)]
+fn q4_0_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(legacy::Q4_0_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(32))
+    {
+        let d = f16_at(b, 0);
+        let (lo, hi) = o.split_at_mut(16);
+        for ((l, h), &q) in lo.iter_mut().zip(hi.iter_mut()).zip(&b[2..18]) {
+            *l = d * f32::from((q & 0x0f) as i8 - 8);
+            *h = d * f32::from((q >> 4) as i8 - 8);
+        }
+    }
+}
+dispatch!(
+    /// Q4_0 rows (see `legacy::dequantize_q4_0_block`).
+    q4_0,
+    q4_0_body
+);
+
+#[inline(always)]
+fn q2_k_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(kquants::Q2_K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let scales = &b[0..16];
+        let qs = &b[16..80];
+        let d = f16_at(b, 80);
+        let dmin = f16_at(b, 82);
+        for h in 0..2 {
+            for s in 0..4 {
+                for g2 in 0..2 {
+                    let sc = scales[8 * h + 2 * s + g2];
+                    let dl = d * f32::from(sc & 0x0f);
+                    let ml = dmin * f32::from(sc >> 4);
+                    let src = &qs[32 * h + 16 * g2..32 * h + 16 * g2 + 16];
+                    let dst = &mut o[128 * h + 32 * s + 16 * g2..128 * h + 32 * s + 16 * g2 + 16];
+                    for (y, &q) in dst.iter_mut().zip(src) {
+                        *y = dl * f32::from((q >> (2 * s)) & 3) - ml;
+                    }
+                }
+            }
+        }
+    }
+}
+dispatch!(
+    /// Q2_K rows (see `kquants::dequantize_q2_k_block`).
+    q2_k,
+    q2_k_body
+);
+
+#[inline(always)]
+fn q3_k_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(kquants::Q3_K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let hmask = &b[0..32];
+        let qs = &b[32..96];
+        let scales = kquants::q3_k_scales(&b[96..108]);
+        let d = f16_at(b, 108);
+        for h in 0..2 {
+            for s in 0..4 {
+                for g2 in 0..2 {
+                    let dl = d * f32::from(scales[8 * h + 2 * s + g2]);
+                    let (lo, hi) = (16 * g2, 16 * g2 + 16);
+                    let src = &qs[32 * h + lo..32 * h + hi];
+                    let dst = &mut o[128 * h + 32 * s + lo..128 * h + 32 * s + hi];
+                    for ((y, &q), &m) in dst.iter_mut().zip(src).zip(&hmask[lo..hi]) {
+                        let low = ((q >> (2 * s)) & 3) as i8;
+                        let high_clear = ((m >> (4 * h + s)) & 1) ^ 1;
+                        *y = dl * f32::from(low - 4 * high_clear as i8);
+                    }
+                }
+            }
+        }
+    }
+}
+dispatch!(
+    /// Q3_K rows (see `kquants::dequantize_q3_k_block`).
+    q3_k,
+    q3_k_body
+);
+
+#[inline(always)]
+fn q4_k_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(kquants::Q4_K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let d = f16_at(b, 0);
+        let dmin = f16_at(b, 2);
+        let scales = &b[4..16];
+        let qs = &b[16..144];
+        for (g, dst) in o.chunks_exact_mut(32).enumerate() {
+            let (sc, m) = kquants::scale_min_k4(g, scales);
+            let d1 = d * f32::from(sc);
+            let m1 = dmin * f32::from(m);
+            let (c, shift) = (g / 2, 4 * (g % 2));
+            for (y, &q) in dst.iter_mut().zip(&qs[32 * c..32 * c + 32]) {
+                *y = d1 * f32::from((q >> shift) & 0x0f) - m1;
+            }
+        }
+    }
+}
+dispatch!(
+    /// Q4_K rows (see `kquants::dequantize_q4_k_block`).
+    q4_k,
+    q4_k_body
+);
+
+#[inline(always)]
+fn q5_k_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(kquants::Q5_K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let d = f16_at(b, 0);
+        let dmin = f16_at(b, 2);
+        let scales = &b[4..16];
+        let qh = &b[16..48];
+        let qs = &b[48..176];
+        for (g, dst) in o.chunks_exact_mut(32).enumerate() {
+            let (sc, m) = kquants::scale_min_k4(g, scales);
+            let d1 = d * f32::from(sc);
+            let m1 = dmin * f32::from(m);
+            let (c, shift) = (g / 2, 4 * (g % 2));
+            for ((y, &q), &h) in dst.iter_mut().zip(&qs[32 * c..32 * c + 32]).zip(qh) {
+                let v = ((q >> shift) & 0x0f) | (((h >> g) & 1) << 4);
+                *y = d1 * f32::from(v) - m1;
+            }
+        }
+    }
+}
+dispatch!(
+    /// Q5_K rows (see `kquants::dequantize_q5_k_block`).
+    q5_k,
+    q5_k_body
+);
+
+#[inline(always)]
+fn q6_k_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(kquants::Q6_K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let ql = &b[0..128];
+        let qh = &b[128..192];
+        let scales = &b[192..208];
+        let d = f16_at(b, 208);
+        for h in 0..2 {
+            for quarter in 0..4 {
+                for g2 in 0..2 {
+                    let (lo, hi) = (16 * g2, 16 * g2 + 16);
+                    let dsc = d * f32::from(scales[8 * h + 2 * quarter + g2] as i8);
+                    let low_src = &ql[64 * h + 32 * (quarter % 2) + lo..][..16];
+                    let high_src = &qh[32 * h + lo..32 * h + hi];
+                    let base = 128 * h + 32 * quarter;
+                    let dst = &mut o[base + lo..base + hi];
+                    for ((y, &l), &hb) in dst.iter_mut().zip(low_src).zip(high_src) {
+                        let low = (l >> (4 * (quarter / 2))) & 0x0f;
+                        let high = (hb >> (2 * quarter)) & 3;
+                        *y = dsc * f32::from((low | (high << 4)) as i8 - 32);
+                    }
+                }
+            }
+        }
+    }
+}
+dispatch!(
+    /// Q6_K rows (see `kquants::dequantize_q6_k_block`).
+    q6_k,
+    q6_k_body
+);
+
+/// ggml's iq2xxs grid as f32 magnitudes, eight per entry.
+static IQ2XXS_GRID_F32: [[f32; 8]; 256] = {
+    let mut t = [[0f32; 8]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            t[i][j] = iq2xxs::GRID_LEVELS[((iq2xxs::GRID_2BIT[i] >> (2 * j)) & 3) as usize];
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+#[inline(always)]
+fn iq2_xxs_body(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes
+        .chunks_exact(iq2xxs::BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let d = f16_at(b, 0);
+        for (group, og) in o.chunks_exact_mut(32).enumerate() {
+            let base = 2 + 8 * group;
+            let aux = u32_at(b, base + 4);
+            let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
+            for (l, dst) in og.chunks_exact_mut(8).enumerate() {
+                let grid = &IQ2XXS_GRID_F32[b[base + l] as usize];
+                let signs = iq2xxs::sign_bits(aux >> (7 * l));
+                for (j, (y, &level)) in dst.iter_mut().zip(grid).enumerate() {
+                    let sign = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
+                    *y = db * level * sign;
+                }
+            }
+        }
+    }
+}
+dispatch!(
+    /// IQ2_XXS rows (see `iq2xxs::dequantize_block`).
+    iq2_xxs,
+    iq2_xxs_body
+);
+
+/// MXFP4 rows (see `mxfp4::dequantize_block`): the E2M1 lookup is a byte shuffle on x86.
+pub(super) fn mxfp4(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() != SimdLevel::Baseline {
+        // SAFETY: AVX2 is present (every non-baseline level has it).
+        return unsafe { x86::mxfp4_avx2(bytes, out) };
+    }
+    for (b, o) in bytes
+        .chunks_exact(mxfp4::BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(32))
+    {
+        mxfp4::dequantize_block(b, o);
+    }
+}
+
+/// F16 rows: F16C widening on x86, else the exact software conversion.
+pub(super) fn f16(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() != SimdLevel::Baseline {
+        // SAFETY: F16C and AVX2 are present (every non-baseline level has them).
+        return unsafe { x86::f16_f16c(bytes, out) };
+    }
+    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+    }
+}
+
+#[inline(always)]
+fn bf16_body(bytes: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+    }
+}
+dispatch!(
+    /// BF16 rows (the stored bits are the f32's upper half).
+    bf16,
+    bf16_body
+);
+
+#[inline(always)]
+fn f32_body(bytes: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+dispatch!(
+    /// F32 rows (little-endian copies).
+    f32_rows,
+    f32_body
+);
+
+#[inline(always)]
+fn i8_body(bytes: &[u8], out: &mut [f32]) {
+    for (o, &b) in out.iter_mut().zip(bytes) {
+        *o = f32::from(b as i8);
+    }
+}
+dispatch!(
+    /// I8 rows.
+    i8_rows,
+    i8_body
+);
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::mxfp4;
+    use std::arch::x86_64::*;
+
+    /// `KVALUES_DOUBLED` as a byte-shuffle table.
+    const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+    /// MXFP4 blocks: nibbles looked up with `pshufb`, widened, converted and scaled, as
+    /// `d * f32::from(kvalue)` in the reference.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn mxfp4_avx2(bytes: &[u8], out: &mut [f32]) {
+        let table = _mm_loadu_si128(KVALUES.as_ptr().cast());
+        let nib = _mm_set1_epi8(0x0f);
+        for (b, o) in bytes
+            .chunks_exact(mxfp4::BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(32))
+        {
+            let d = _mm256_set1_ps(mxfp4::e8m0_to_f32_half(b[0]));
+            let src: &[u8; 16] = b[1..17].try_into().expect("a block holds 16 code bytes");
+            // SAFETY: `src` is 16 readable bytes.
+            let q = unsafe { _mm_loadu_si128(src.as_ptr().cast()) };
+            let lo = _mm_shuffle_epi8(table, _mm_and_si128(q, nib));
+            let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), nib));
+            let dst: &mut [f32; 32] = o.try_into().expect("a block has 32 values");
+            let p = dst.as_mut_ptr();
+            for (i, v) in [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                .into_iter()
+                .enumerate()
+            {
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                // SAFETY: `p + 8i .. p + 8i + 8` lies inside the 32 values of `dst`.
+                unsafe { _mm256_storeu_ps(p.add(8 * i), _mm256_mul_ps(d, f)) };
+            }
+        }
+    }
+
+    /// IEEE halves widened eight at a time (`vcvtph2ps` is exact), the tail one by one.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn f16_f16c(bytes: &[u8], out: &mut [f32]) {
+        let n = out.len().min(bytes.len() / 2);
+        let (mut src8, mut dst8) = (
+            bytes[..2 * n].chunks_exact(16),
+            out[..n].chunks_exact_mut(8),
+        );
+        for (s, d) in (&mut src8).zip(&mut dst8) {
+            // SAFETY: `s` is 16 readable bytes and `d` 8 writable f32.
+            unsafe {
+                let h = _mm_loadu_si128(s.as_ptr().cast());
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+        }
+        for (o, c) in dst8
+            .into_remainder()
+            .iter_mut()
+            .zip(src8.remainder().chunks_exact(2))
+        {
+            *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{block_decoder, dequantize_reference};
+    use super::{cap_simd_level, detected_simd_level, SimdLevel};
+    use crate::gguf::GgmlType;
+
+    /// A deterministic byte stream.
+    fn bytes(len: usize, salt: u64) -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| (crate::num::splitmix64(i ^ salt.wrapping_mul(0x9e37)) >> 24) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn fast_rows_equal_the_reference_block_decoders_bit_for_bit() {
+        use GgmlType::*;
+        for ty in [
+            F32, F16, Bf16, I8, Q8_0, Q4_0, Q2K, Q3K, Q4K, Q5K, Q6K, Iq2Xxs, Mxfp4,
+        ] {
+            let (bv, bb, fast) = block_decoder(ty).expect("decoder");
+            // Random bytes: scales take every f16 pattern, NaN and infinity included. An odd
+            // block count exercises the f16 tail.
+            let n_blocks = 4096 / bv.max(1) * 3 + 1;
+            let src = bytes(n_blocks * bb, ty.id() as u64);
+            let mut want = vec![0f32; n_blocks * bv];
+            dequantize_reference(ty, &src, &mut want).expect("reference");
+            for level in [SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512] {
+                if level > detected_simd_level() {
+                    continue;
+                }
+                cap_simd_level(Some(level));
+                let mut got = vec![1f32; n_blocks * bv];
+                fast(&src, &mut got);
+                cap_simd_level(None);
+                let differ = want
+                    .iter()
+                    .zip(&got)
+                    .position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    differ,
+                    None,
+                    "{} at {}: first differing value",
+                    ty.name(),
+                    level.name()
+                );
+            }
+        }
+    }
+}

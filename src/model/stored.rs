@@ -1,0 +1,231 @@
+//! A 2-D parameter as its file stores it (GGML blocks, f16, bf16, ...), for kernels that multiply
+//! block by block instead of first materialising an f32 copy. Decoding a chunk gives exactly the
+//! values [`super::WeightSource::tensor`] would return for it (the same decoder, then the same
+//! bf16 rounding), so a GEMM over a stored matrix has the bits of one over its f32 copy.
+
+use super::weights::WeightError;
+use crate::gguf::quant::{block_decoder, BlockDecoder};
+use crate::gguf::GgmlType;
+use std::borrow::Cow;
+
+/// `rows × cols` values in one GGML type, row-major (each row a whole number of blocks).
+pub struct StoredMatrix<'a> {
+    ggml_type: GgmlType,
+    rows: usize,
+    cols: usize,
+    block_values: usize,
+    block_bytes: usize,
+    row_bytes: usize,
+    decoder: BlockDecoder,
+    bytes: Cow<'a, [u8]>,
+    round_bf16: bool,
+}
+
+impl std::fmt::Debug for StoredMatrix<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredMatrix")
+            .field("ggml_type", &self.ggml_type)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("bytes", &self.bytes.len())
+            .field("round_bf16", &self.round_bf16)
+            .finish()
+    }
+}
+
+impl<'a> StoredMatrix<'a> {
+    /// Wraps `bytes` as parameter `name`: checks that the type has a decoder, that `cols` is a
+    /// whole number of its blocks and that `bytes` is exactly `rows` such rows long. With
+    /// `round_bf16` every decoded value is rounded to bf16 (the reference stores it in bf16).
+    pub fn new(
+        name: &str,
+        ggml_type: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: Cow<'a, [u8]>,
+        round_bf16: bool,
+    ) -> Result<StoredMatrix<'a>, WeightError> {
+        let invalid = |msg: String| WeightError::Invalid {
+            name: name.to_string(),
+            msg,
+        };
+        let (block_values, block_bytes, decoder) = block_decoder(ggml_type)
+            .ok_or_else(|| invalid(format!("no block decoder for {}", ggml_type.name())))?;
+        if cols == 0 || cols % block_values != 0 {
+            return Err(invalid(format!(
+                "{cols} columns is not a positive multiple of the {} block size {block_values}",
+                ggml_type.name()
+            )));
+        }
+        let row_bytes = (cols / block_values)
+            .checked_mul(block_bytes)
+            .ok_or_else(|| invalid(format!("a row of {cols} values overflows")))?;
+        let expected = rows
+            .checked_mul(row_bytes)
+            .ok_or_else(|| invalid(format!("{rows} rows of {row_bytes} bytes overflow")))?;
+        if bytes.len() != expected {
+            return Err(invalid(format!(
+                "{} bytes of {}; expected {expected} ({rows} rows of {row_bytes} bytes)",
+                bytes.len(),
+                ggml_type.name()
+            )));
+        }
+        Ok(StoredMatrix {
+            ggml_type,
+            rows,
+            cols,
+            block_values,
+            block_bytes,
+            row_bytes,
+            decoder,
+            bytes,
+            round_bf16,
+        })
+    }
+
+    pub fn ggml_type(&self) -> GgmlType {
+        self.ggml_type
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Values per block: chunk starts and lengths passed to [`StoredMatrix::decode`] are
+    /// multiples of it.
+    pub fn block_values(&self) -> usize {
+        self.block_values
+    }
+
+    /// Whether decoded values are rounded to bf16.
+    pub fn rounds_to_bf16(&self) -> bool {
+        self.round_bf16
+    }
+
+    /// The stored bytes (what a GEMM over this matrix reads).
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Decodes values `col0..col0 + out.len()` of row `row` into `out`. `col0` and `out.len()`
+    /// must be multiples of [`StoredMatrix::block_values`] inside the row (callers are kernels
+    /// that chunk rows by a multiple of every block size).
+    pub fn decode(&self, row: usize, col0: usize, out: &mut [f32]) {
+        assert!(
+            row < self.rows
+                && col0 % self.block_values == 0
+                && out.len() % self.block_values == 0
+                && col0 + out.len() <= self.cols,
+            "decode of row {row} columns {col0}..{} outside a {}x{} {} matrix",
+            col0 + out.len(),
+            self.rows,
+            self.cols,
+            self.ggml_type.name()
+        );
+        let start = row * self.row_bytes + col0 / self.block_values * self.block_bytes;
+        let len = out.len() / self.block_values * self.block_bytes;
+        (self.decoder)(&self.bytes[start..start + len], out);
+        if self.round_bf16 {
+            round_to_bf16_in_place(out);
+        }
+    }
+}
+
+/// `bf16_round` over a slice, written without branches so it vectorizes: nearest-even on the
+/// upper half, NaNs kept NaN with the quiet bit set (exactly `num::bf16_bits`).
+fn round_to_bf16_in_place(v: &mut [f32]) {
+    for x in v.iter_mut() {
+        let bits = x.to_bits();
+        let nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
+        let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+        let quiet = (bits >> 16) | 0x0040;
+        *x = f32::from_bits((if nan { quiet } else { rounded }) << 16);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::num::bf16_round;
+
+    #[test]
+    fn sizes_are_checked_and_chunks_decode_like_the_whole_row() {
+        // Q8_0: 34 bytes per 32 values; 2 rows of 64.
+        let mut bytes = vec![0u8; 2 * 2 * 34];
+        for (b, block) in bytes.chunks_mut(34).enumerate() {
+            block[..2]
+                .copy_from_slice(&half::f16::from_f32(0.5 + b as f32).to_bits().to_le_bytes());
+            for (j, q) in block[2..].iter_mut().enumerate() {
+                *q = (j as i8 - 16 + b as i8) as u8;
+            }
+        }
+        let m = StoredMatrix::new("w", GgmlType::Q8_0, 2, 64, Cow::Borrowed(&bytes), false)
+            .expect("valid");
+        let mut whole = vec![0f32; 2 * 64];
+        crate::gguf::quant::dequantize(GgmlType::Q8_0, &bytes, &mut whole).expect("dequantize");
+        let mut chunk = vec![0f32; 32];
+        m.decode(1, 32, &mut chunk);
+        assert_eq!(chunk, whole[64 + 32..]);
+        assert!(StoredMatrix::new(
+            "w",
+            GgmlType::Q8_0,
+            2,
+            64,
+            Cow::Borrowed(&bytes[1..]),
+            false
+        )
+        .is_err());
+        assert!(
+            StoredMatrix::new("w", GgmlType::Q8_0, 2, 48, Cow::Borrowed(&bytes), false).is_err()
+        );
+        assert!(
+            StoredMatrix::new("w", GgmlType::Iq4Xs, 1, 256, Cow::Borrowed(&bytes), false).is_err()
+        );
+        assert!(StoredMatrix::new(
+            "w",
+            GgmlType::Q8_0,
+            usize::MAX,
+            64,
+            Cow::Borrowed(&bytes),
+            false
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn slice_rounding_is_bf16_round_on_every_class_of_value() {
+        let mut v: Vec<f32> = (0..1u32 << 16)
+            .map(|i| f32::from_bits(i.wrapping_mul(0x9e37_79b9) ^ (i << 7)))
+            .chain([
+                f32::NAN,
+                -f32::NAN,
+                f32::INFINITY,
+                f32::MIN,
+                f32::MAX,
+                0.0,
+                -0.0,
+            ])
+            .chain([f32::from_bits(0x7f80_0001), f32::from_bits(0xffff_ffff)])
+            .collect();
+        let want: Vec<u32> = v.iter().map(|&x| bf16_round(x).to_bits()).collect();
+        round_to_bf16_in_place(&mut v);
+        let got: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn bf16_rounding_matches_the_tensor_path() {
+        // F32 storage of a value that is not bf16-representable.
+        let v = 1.0f32 + 2f32.powi(-10);
+        let bytes: Vec<u8> = v.to_le_bytes().repeat(4);
+        let m =
+            StoredMatrix::new("w", GgmlType::F32, 1, 4, Cow::Owned(bytes), true).expect("valid");
+        let mut out = [0f32; 4];
+        m.decode(0, 0, &mut out);
+        assert_eq!(out, [bf16_round(v); 4]);
+    }
+}

@@ -1,0 +1,481 @@
+//! The oracle's GEMM, `y[m, n] = x[m, k] · w[n, k]^T`: cache-blocked, SIMD microkernels chosen at
+//! run time (AVX-512, AVX2 + FMA, NEON, or portable Rust), rayon over blocks of outputs, and
+//! weights either as f32 values or as the file's own blocks ([`StoredMatrix`], decoded one
+//! chunk at a time into a small tile, never into a whole f32 copy).
+//!
+//! # The reduction order
+//!
+//! Every output element is reduced in this one order, whatever the kernel path, the SIMD width,
+//! the blocking or the thread count; it is the order of [`super::ops::dot_f64`]:
+//!
+//! 1. `k4 = k − k mod 4`. Lane `j` (`0..4`) sums in f64, starting from +0, the products
+//!    `x[4i + j] · w[4i + j]` for `i = 0, 1, …, k4/4 − 1`, in increasing `i`.
+//! 2. `tail` sums the products of columns `k4..k` in increasing order, in f64 from +0.
+//! 3. `y = f32(((lane0 + lane1) + (lane2 + lane3)) + tail)`, then rounded to bf16 (nearest even)
+//!    for GEMM-bf16.
+//!
+//! A product of two f32 values is exact in f64 (24 + 24 significand bits, exponents far inside
+//! the f64 range), so a fused multiply-add `fma(x, w, acc)` rounds once, exactly as
+//! `acc + x·w` does: the FMA kernels and the portable multiply-then-add give the same bits.
+//! Blocking the columns into chunks only pauses each lane's running sum (kept in f64 between
+//! chunks), and splitting the outputs over threads never splits one output, so neither changes
+//! a bit. `tests/oracle_kernels.rs` runs the tiny goldens through every supported path and 1, 2
+//! and 16 threads and requires identical reports.
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod path;
+pub mod roofline;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use path::{
+    active_path, best_path, kernel_path_note, set_kernel_path, supported_paths, KernelPath,
+    UnsupportedPath, ALL_PATHS, KERNEL_ENV,
+};
+
+use crate::model::stored::StoredMatrix;
+use crate::num::bf16_round;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Outputs per packed weight panel: six 512-bit registers of two outputs' four lanes each.
+pub const NR: usize = 12;
+/// Input rows per microkernel call.
+pub const MR: usize = 4;
+/// Columns per packed chunk: a multiple of every GGML block size (32 and 256), and 12 outputs
+/// × 256 columns of f64 = 24 KiB, half an L1 data cache.
+pub const KC: usize = 256;
+/// f64 values per packed step of a panel (NR outputs × 4 lanes).
+const PANEL_STEP: usize = NR * 4;
+/// Outputs per rayon task.
+const NB: usize = 4 * NR;
+/// Input rows per pass over a task's weights (bounds the lane buffer to 64 × 48 × 4 f64).
+const MC: usize = 64;
+/// Below this many multiply-adds a GEMM runs on the calling thread.
+const PAR_MIN_MACS: usize = 1 << 16;
+
+/// The weight operand of a GEMM: `n` rows of `k` values.
+#[derive(Clone, Copy)]
+pub enum WeightRows<'a> {
+    /// Row-major f32 values (already in their stored precision).
+    F32(&'a [f32]),
+    /// A matrix in its file's encoding, decoded chunk by chunk.
+    Stored(&'a StoredMatrix<'a>),
+}
+
+impl WeightRows<'_> {
+    /// Values `col0..col0 + len` of row `row`: borrowed for f32 weights, decoded into `scratch`
+    /// otherwise.
+    #[inline]
+    fn chunk<'s>(
+        &'s self,
+        k: usize,
+        row: usize,
+        col0: usize,
+        len: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        match self {
+            WeightRows::F32(w) => &w[row * k + col0..row * k + col0 + len],
+            WeightRows::Stored(s) => {
+                let out = &mut scratch[..len];
+                s.decode(row, col0, out);
+                out
+            }
+        }
+    }
+
+    /// Whether the operand is `n × k`.
+    fn has_shape(&self, n: usize, k: usize) -> bool {
+        match self {
+            WeightRows::F32(w) => n.checked_mul(k) == Some(w.len()),
+            WeightRows::Stored(s) => s.rows() == n && s.cols() == k,
+        }
+    }
+
+    /// Rows of `k` values the operand holds (`None` when its length is not a whole number of
+    /// rows).
+    fn n_rows(&self, k: usize) -> Option<usize> {
+        match self {
+            WeightRows::F32(w) if k == 0 => w.is_empty().then_some(0),
+            WeightRows::F32(w) => (w.len() % k == 0).then_some(w.len() / k),
+            WeightRows::Stored(s) => (s.cols() == k).then_some(s.rows()),
+        }
+    }
+
+    /// Decoded values needed to read the `k mod 4` tail columns of a row: one block.
+    fn tail_scratch(&self) -> usize {
+        match self {
+            WeightRows::F32(_) => 0,
+            WeightRows::Stored(s) => s.block_values().max(KC),
+        }
+    }
+}
+
+/// `y[m, n] = x[m, k] · w[n, k]^T` in the reduction order of the module docs, f32 output, or
+/// bf16-rounded output with `round_bf16`. Panics if the operand lengths disagree with `m`, `k`
+/// and `n` (a caller bug: shapes are checked where parameters are fetched).
+pub fn gemm(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: WeightRows<'_>,
+    n: usize,
+    round_bf16: bool,
+) -> Vec<f32> {
+    gemm_on(active_path(), x, m, k, w, n, round_bf16)
+}
+
+/// [`gemm`] against weight rows `rows` only: `y[m, rows.len()]` (one group of a grouped
+/// projection). Panics if `w` has fewer rows.
+pub fn gemm_range(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: WeightRows<'_>,
+    rows: Range<usize>,
+    round_bf16: bool,
+) -> Vec<f32> {
+    let total = w.n_rows(k);
+    assert!(
+        rows.start <= rows.end && total.is_some_and(|t| rows.end <= t),
+        "gemm rows {rows:?} outside a weight of {total:?} rows of {k}"
+    );
+    run_job(active_path(), x, m, k, w, rows, round_bf16)
+}
+
+/// [`gemm`] on a given kernel path (benches and the path-identity tests). Panics if the path is
+/// not supported on this CPU.
+pub fn gemm_on(
+    path: KernelPath,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: WeightRows<'_>,
+    n: usize,
+    round_bf16: bool,
+) -> Vec<f32> {
+    assert!(w.has_shape(n, k), "gemm weight disagrees with k {k}, n {n}");
+    run_job(path, x, m, k, w, 0..n, round_bf16)
+}
+
+/// Runs one GEMM: packs the inputs, splits the outputs into tasks, gathers their blocks.
+fn run_job(
+    path: KernelPath,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: WeightRows<'_>,
+    rows: Range<usize>,
+    round_bf16: bool,
+) -> Vec<f32> {
+    assert!(
+        m.checked_mul(k) == Some(x.len()),
+        "gemm input of {} values is not m {m} x k {k}",
+        x.len()
+    );
+    let n = rows.len();
+    assert!(
+        path.is_supported(),
+        "kernel path {} is not supported here",
+        path.name()
+    );
+    let mut y = vec![0f32; m * n];
+    if m == 0 || n == 0 {
+        return y;
+    }
+    let k4 = k - k % 4;
+    // The inputs once in f64 (exact), chunk-major: chunk c (columns c·KC..) holds every row's
+    // values contiguously, so a microkernel's rows sit one chunk apart rather than a whole
+    // (power-of-two) row apart, which would map them onto the same L1 sets.
+    let mut xp: Vec<f64> = Vec::with_capacity(m * k4);
+    for kc0 in (0..k4).step_by(KC) {
+        let kcl = KC.min(k4 - kc0);
+        for i in 0..m {
+            xp.extend(
+                x[i * k + kc0..i * k + kc0 + kcl]
+                    .iter()
+                    .map(|&v| f64::from(v)),
+            );
+        }
+    }
+    let job = Job {
+        path,
+        x,
+        xp: &xp,
+        m,
+        k,
+        k4,
+        w,
+        row0: rows.start,
+        n,
+        round_bf16,
+    };
+    let n_blocks = n.div_ceil(NB);
+    let blocks: Vec<Vec<f32>> = if m.saturating_mul(n).saturating_mul(k) < PAR_MIN_MACS {
+        (0..n_blocks).map(|b| job.block(b)).collect()
+    } else {
+        (0..n_blocks)
+            .into_par_iter()
+            .map(|b| job.block(b))
+            .collect()
+    };
+    for (b, blk) in blocks.iter().enumerate() {
+        let lo = b * NB;
+        let width = blk.len() / m;
+        for i in 0..m {
+            y[i * n + lo..i * n + lo + width].copy_from_slice(&blk[i * width..(i + 1) * width]);
+        }
+    }
+    y
+}
+
+/// One GEMM's operands, shared by its tasks.
+struct Job<'a> {
+    path: KernelPath,
+    x: &'a [f32],
+    xp: &'a [f64],
+    m: usize,
+    k: usize,
+    k4: usize,
+    w: WeightRows<'a>,
+    /// Weight row of output 0.
+    row0: usize,
+    n: usize,
+    round_bf16: bool,
+}
+
+impl Job<'_> {
+    /// Outputs `b·NB .. (b+1)·NB` of every row, row-major `[m, width]`.
+    fn block(&self, b: usize) -> Vec<f32> {
+        let (m, k, k4) = (self.m, self.k, self.k4);
+        let o0 = b * NB;
+        let width = NB.min(self.n - o0);
+        let panels = width.div_ceil(NR);
+        let mut out = vec![0f32; m * width];
+        let mut wp = vec![0f64; KC / 4 * PANEL_STEP];
+        let mut scratch = vec![0f32; KC.max(self.w.tail_scratch())];
+        let mut lanes = vec![0f64; panels * MC.min(m) * PANEL_STEP];
+        for mc0 in (0..m).step_by(MC) {
+            let rows = MC.min(m - mc0);
+            let lanes = &mut lanes[..panels * rows * PANEL_STEP];
+            lanes.fill(0.0);
+            for kc0 in (0..k4).step_by(KC) {
+                let kcl = KC.min(k4 - kc0);
+                let steps = kcl / 4;
+                for p in 0..panels {
+                    let first = o0 + p * NR;
+                    let live = NR.min(self.n - first);
+                    self.pack(
+                        &mut wp[..steps * PANEL_STEP],
+                        first,
+                        live,
+                        kc0,
+                        kcl,
+                        &mut scratch,
+                    );
+                    let tile = &mut lanes[p * rows * PANEL_STEP..(p + 1) * rows * PANEL_STEP];
+                    for r0 in (0..rows).step_by(MR) {
+                        let mr = MR.min(rows - r0);
+                        let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
+                        microkernel(
+                            self.path,
+                            mr,
+                            xs,
+                            kcl,
+                            &wp[..steps * PANEL_STEP],
+                            steps,
+                            &mut tile[r0 * PANEL_STEP..],
+                        );
+                    }
+                }
+            }
+            // Lanes summed in the fixed tree, then the tail, then the rounding.
+            for oo in 0..width {
+                let (p, q) = (oo / NR, oo % NR);
+                let tail_w = (k4 < k).then(|| {
+                    self.w
+                        .chunk(k, self.row0 + o0 + oo, k4, k - k4, &mut scratch)
+                        .to_vec()
+                });
+                for r in 0..rows {
+                    let l = &lanes[(p * rows + r) * PANEL_STEP + 4 * q..][..4];
+                    let mut tail = 0f64;
+                    if let Some(tw) = &tail_w {
+                        let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
+                        for (a, b) in xr.iter().zip(tw) {
+                            tail += f64::from(*a) * f64::from(*b);
+                        }
+                    }
+                    let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail) as f32;
+                    out[(mc0 + r) * width + oo] = if self.round_bf16 { bf16_round(v) } else { v };
+                }
+            }
+        }
+        out
+    }
+
+    /// Packs columns `kc0..kc0 + kcl` of weight rows `first..first + live` as f64 in the
+    /// microkernels' layout: step `s` holds, for each of the NR outputs, its four lanes
+    /// `w[o][kc0 + 4s + j]`. Outputs past `live` (the last panel of a ragged `n`) are zero.
+    fn pack(
+        &self,
+        wp: &mut [f64],
+        first: usize,
+        live: usize,
+        kc0: usize,
+        kcl: usize,
+        scratch: &mut [f32],
+    ) {
+        for q in 0..NR {
+            if q >= live {
+                for s in 0..kcl / 4 {
+                    wp[s * PANEL_STEP + 4 * q..][..4].fill(0.0);
+                }
+                continue;
+            }
+            let src = self
+                .w
+                .chunk(self.k, self.row0 + first + q, kc0, kcl, scratch);
+            pack_row(self.path, src, wp, q, kcl / 4);
+        }
+    }
+}
+
+/// `wp[s][q][j] = f64(src[4s + j])` for `s < steps`: one weight row into its panel slot.
+fn pack_row(path: KernelPath, src: &[f32], wp: &mut [f64], q: usize, steps: usize) {
+    assert!(
+        q < NR && src.len() >= 4 * steps && wp.len() >= steps * PANEL_STEP,
+        "pack operands too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path, KernelPath::Avx2 | KernelPath::Avx512) && KernelPath::Avx2.is_supported() {
+        return x86::pack_row_avx2(src, wp, q, steps);
+    }
+    let _ = path;
+    for (s, c) in src[..4 * steps].chunks_exact(4).enumerate() {
+        let d = &mut wp[s * PANEL_STEP + 4 * q..][..4];
+        d[0] = f64::from(c[0]);
+        d[1] = f64::from(c[1]);
+        d[2] = f64::from(c[2]);
+        d[3] = f64::from(c[3]);
+    }
+}
+
+/// `lanes[r][q][j] += Σ_s x[r][4s + j] · wp[s][q][j]` for `r < mr` rows (row stride `x_stride`
+/// in `x`, `PANEL_STEP` in `lanes`), `q < NR`, `j < 4`, `s < steps` in increasing order, on the
+/// chosen path. Checks every slice bound once, then runs the path's kernel.
+fn microkernel(
+    path: KernelPath,
+    mr: usize,
+    x: &[f64],
+    x_stride: usize,
+    wp: &[f64],
+    steps: usize,
+    lanes: &mut [f64],
+) {
+    assert!(
+        (1..=MR).contains(&mr)
+            && x.len() >= (mr - 1) * x_stride + 4 * steps
+            && wp.len() >= steps * PANEL_STEP
+            && lanes.len() >= mr * PANEL_STEP,
+        "microkernel operands too short"
+    );
+    // The SIMD kernels are monomorphised on the row count.
+    #[allow(unused_macros)] // no SIMD kernel on some targets
+    macro_rules! by_rows {
+        ($($kernel:ident)::+) => {{
+            assert!(path.is_supported(), "kernel path {} not supported", path.name());
+            let (xp, wpp, lp) = (x.as_ptr(), wp.as_ptr(), lanes.as_mut_ptr());
+            // SAFETY: the path's features were detected just above, and the assert at the top
+            // of this function checked exactly the bounds the kernels' contract asks for.
+            unsafe {
+                match mr {
+                    1 => $($kernel)::+::<1>(xp, x_stride, wpp, steps, lp),
+                    2 => $($kernel)::+::<2>(xp, x_stride, wpp, steps, lp),
+                    3 => $($kernel)::+::<3>(xp, x_stride, wpp, steps, lp),
+                    _ => $($kernel)::+::<MR>(xp, x_stride, wpp, steps, lp),
+                }
+            }
+        }};
+    }
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => by_rows!(x86::avx512),
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => by_rows!(x86::avx2),
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon => by_rows!(neon::neon),
+        _ => tile_portable(mr, x, x_stride, wp, steps, lanes),
+    }
+}
+
+/// The portable microkernel: the reduction order written out in plain Rust.
+fn tile_portable(
+    mr: usize,
+    x: &[f64],
+    x_stride: usize,
+    wp: &[f64],
+    steps: usize,
+    lanes: &mut [f64],
+) {
+    for r in 0..mr {
+        let xr = &x[r * x_stride..r * x_stride + 4 * steps];
+        let acc = &mut lanes[r * PANEL_STEP..(r + 1) * PANEL_STEP];
+        for (xv, wv) in xr.chunks_exact(4).zip(wp.chunks_exact(PANEL_STEP)) {
+            for (a, w) in acc.chunks_exact_mut(4).zip(wv.chunks_exact(4)) {
+                a[0] += xv[0] * w[0];
+                a[1] += xv[1] * w[1];
+                a[2] += xv[2] * w[2];
+                a[3] += xv[3] * w[3];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracle::ops::dot_f64;
+
+    /// Inputs with awkward values: mixed signs and magnitudes, exact zeros, negative zeros.
+    fn data(len: usize, salt: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let h = (i.wrapping_mul(2654435761) ^ salt.wrapping_mul(40503)) % 10007;
+                match h % 13 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => {
+                        bf16_round((h as f32 - 5003.0) / 97.0 * if h % 7 == 0 { 1e-3 } else { 1.0 })
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_path_reproduces_the_defining_dot_product() {
+        // Ragged m (not a multiple of MR), n (not a multiple of NR or NB), k (a tail, and more
+        // than one KC chunk).
+        for &(m, k, n) in &[(1, 7, 3), (5, 515, 61), (9, 1030, 50), (70, 12, 13)] {
+            let x = data(m * k, 1);
+            let w = data(n * k, 2);
+            let want: Vec<u32> = (0..m * n)
+                .map(|idx| dot_f64(&x[idx / n * k..][..k], &w[idx % n * k..][..k]).to_bits())
+                .collect();
+            for path in supported_paths() {
+                let got = gemm_on(path, &x, m, k, WeightRows::F32(&w), n, false);
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "path {} m {m} k {k} n {n}", path.name());
+            }
+        }
+    }
+
+    #[test]
+    fn empty_shapes_give_empty_or_zero_outputs() {
+        assert!(gemm(&[], 0, 4, WeightRows::F32(&[0.0; 8]), 2, false).is_empty());
+        assert_eq!(gemm(&[], 3, 0, WeightRows::F32(&[]), 2, true), vec![0.0; 6]);
+    }
+}

@@ -1,0 +1,178 @@
+//! This machine's limits, measured: the FMA peak (a register-only microkernel on every rayon
+//! thread at once, in f32 and in f64, the width the oracle's exact reduction needs) and memory
+//! bandwidth (a parallel copy, and a parallel read-only stream). `golden-lens bench` divides
+//! every kernel's throughput by these.
+
+use super::KernelPath;
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Independent accumulators in the peak kernels: more than FMA latency × FMA ports, and few
+/// enough to stay in registers with AVX2's sixteen.
+pub(super) const PEAK_CHAINS: usize = 12;
+
+/// Element type of a peak measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    F64,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F64 => "f64",
+        }
+    }
+}
+
+/// FLOPs (2 per lane per FMA) one call of the peak kernel does with `iters` iterations.
+fn peak_flops(path: KernelPath, precision: Precision, iters: u64) -> f64 {
+    let bits = match path {
+        KernelPath::Avx512 => 512,
+        KernelPath::Avx2 => 256,
+        KernelPath::Neon => 128,
+        KernelPath::Portable => 64,
+    };
+    let lanes = match precision {
+        Precision::F32 => bits / 32,
+        Precision::F64 => bits / 64,
+    };
+    // The portable kernel runs scalar chains of one lane each.
+    let lanes = if path == KernelPath::Portable {
+        1
+    } else {
+        lanes
+    };
+    2.0 * lanes as f64 * PEAK_CHAINS as f64 * iters as f64
+}
+
+/// Runs the register-only FMA kernel of `path` for `iters` iterations; returns a value that
+/// depends on every accumulator (so the work cannot be dropped).
+fn peak_kernel(path: KernelPath, precision: Precision, iters: u64) -> f64 {
+    assert!(path.is_supported(), "path {} not supported", path.name());
+    match (path, precision) {
+        #[cfg(target_arch = "x86_64")]
+        (KernelPath::Avx512 | KernelPath::Avx2, _) => super::x86::peak(
+            path == KernelPath::Avx512,
+            precision == Precision::F64,
+            iters,
+        ),
+        (_, Precision::F64) => {
+            let mut a = [1.0f64; PEAK_CHAINS];
+            let (b, c) = (std::hint::black_box(0.999_999), std::hint::black_box(1e-6));
+            for _ in 0..iters {
+                for v in a.iter_mut() {
+                    *v = v.mul_add(b, c);
+                }
+            }
+            a.iter().sum()
+        }
+        (_, Precision::F32) => {
+            let mut a = [1.0f32; PEAK_CHAINS];
+            let (b, c) = (
+                std::hint::black_box(0.999_9f32),
+                std::hint::black_box(1e-4f32),
+            );
+            for _ in 0..iters {
+                for v in a.iter_mut() {
+                    *v = v.mul_add(b, c);
+                }
+            }
+            f64::from(a.iter().sum::<f32>())
+        }
+    }
+}
+
+/// Peak FMA GFLOP/s of `path` in `precision` with every rayon thread of the current pool
+/// running the kernel at once: the best of `reps` runs of about `seconds` each.
+pub fn fma_peak_gflops(path: KernelPath, precision: Precision, seconds: f64, reps: usize) -> f64 {
+    // Calibrate the iteration count on one thread.
+    let mut iters = 1u64 << 16;
+    loop {
+        let t = Instant::now();
+        std::hint::black_box(peak_kernel(path, precision, iters));
+        let dt = t.elapsed().as_secs_f64();
+        if dt > seconds / 4.0 || iters > 1 << 34 {
+            iters = ((iters as f64) * seconds / dt.max(1e-9)).max(1.0) as u64;
+            break;
+        }
+        iters *= 4;
+    }
+    let mut best = 0f64;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let sinks = rayon::broadcast(|_| peak_kernel(path, precision, iters));
+        let dt = t.elapsed().as_secs_f64();
+        std::hint::black_box(sinks);
+        let flops = peak_flops(path, precision, iters) * rayon::current_num_threads() as f64;
+        best = best.max(flops / dt / 1e9);
+    }
+    best
+}
+
+/// Memory bandwidth, GB/s (1e9 bytes per second), best of `reps`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bandwidth {
+    /// Bytes copied per second by a parallel `copy_from_slice` (each byte read once and written
+    /// once).
+    pub memcpy_gbs: f64,
+    /// Bytes read per second by a parallel sum over the buffer (what a GEMM's weight stream
+    /// needs).
+    pub read_gbs: f64,
+}
+
+/// Chunk of the bandwidth buffers per rayon task.
+const BANDWIDTH_CHUNK: usize = 1 << 20;
+
+/// Measures [`Bandwidth`] on buffers of `bytes` (choose several times the last-level cache).
+pub fn bandwidth(bytes: usize, reps: usize) -> Bandwidth {
+    let n = bytes / 8;
+    let src: Vec<u64> = (0..n as u64).collect();
+    let mut dst = vec![0u64; n];
+    let mut copy_best = f64::MAX;
+    let mut read_best = f64::MAX;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        dst.par_chunks_mut(BANDWIDTH_CHUNK / 8)
+            .zip(src.par_chunks(BANDWIDTH_CHUNK / 8))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        copy_best = copy_best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&dst);
+        let t = Instant::now();
+        let sum: u64 = src
+            .par_chunks(BANDWIDTH_CHUNK / 8)
+            .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+            .reduce(|| 0, u64::wrapping_add);
+        read_best = read_best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(sum);
+    }
+    let b = (n * 8) as f64;
+    Bandwidth {
+        memcpy_gbs: b / copy_best / 1e9,
+        read_gbs: b / read_best / 1e9,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_and_bandwidth_are_positive_and_finite() {
+        for path in super::super::supported_paths() {
+            for p in [Precision::F32, Precision::F64] {
+                let g = fma_peak_gflops(path, p, 0.002, 1);
+                assert!(
+                    g.is_finite() && g > 0.0,
+                    "{} {}: {g}",
+                    path.name(),
+                    p.name()
+                );
+            }
+        }
+        let b = bandwidth(1 << 20, 1);
+        assert!(b.memcpy_gbs > 0.0 && b.read_gbs > 0.0, "{b:?}");
+    }
+}
