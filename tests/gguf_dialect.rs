@@ -6,8 +6,8 @@ mod gguf_common;
 use gguf_common::*;
 use golden_lens::gguf::quant::{dequantize_engram_rows, EngramEncoding};
 use golden_lens::gguf::{
-    detect_dialect, resolve_sidecar, Deepseek41Meta, Dialect, EngramStorage, EngramTables,
-    GgufError, GgufSet,
+    detect_dialect, open_sidecar, Deepseek41Meta, Dialect, EngramStorage, EngramTables, GgufError,
+    GgufSet,
 };
 use tempfile::TempDir;
 
@@ -323,10 +323,8 @@ fn sidecar_err(paths: &[&str], setup: impl Fn(&std::path::Path)) -> String {
     setup(dir.path());
     let p = external_builder(&external_kvs(paths)).write(&inner, "m.gguf");
     let set = GgufSet::open(&p).unwrap();
-    let m = Deepseek41Meta::from_set(&set).unwrap();
-    let e = EngramTables::open(&set, m.engram.as_ref().unwrap())
-        .err()
-        .expect("sidecar must be refused");
+    // The metadata's validation opens every sidecar, so a bad one fails there.
+    let e = Deepseek41Meta::from_set(&set).expect_err("sidecar must be refused");
     assert!(matches!(e, GgufError::Sidecar { .. }), "{e}");
     e.to_string()
 }
@@ -364,11 +362,35 @@ fn sidecar_missing_or_short_is_refused() {
 }
 
 #[test]
-fn resolve_sidecar_accepts_dot_components() {
+fn open_sidecar_accepts_dot_components() {
     let dir = TempDir::new().unwrap();
     std::fs::write(dir.path().join("a.bin"), b"x").unwrap();
     let gguf = dir.path().join("m.gguf");
-    let p = resolve_sidecar(&gguf, "./a.bin").unwrap();
-    assert!(p.ends_with("a.bin"));
-    assert!(resolve_sidecar(&gguf, "").is_err());
+    let sidecar = open_sidecar(&gguf, "./a.bin").unwrap();
+    assert!(sidecar.path.ends_with("a.bin"));
+    assert_eq!(sidecar.len, 1);
+    assert!(open_sidecar(&gguf, "").is_err());
+}
+
+/// A FIFO named as a sidecar is refused at once: the open does not block waiting for a writer.
+#[test]
+fn sidecar_fifo_is_refused_without_blocking() {
+    let msg = sidecar_err(&["fifo.bin"], |root| {
+        let fifo = root.join("model/fifo.bin");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(status.success(), "mkfifo {}", fifo.display());
+    });
+    assert!(msg.contains("not a regular file"), "{msg}");
+}
+
+/// A directory named as a sidecar is refused with the same message.
+#[test]
+fn sidecar_directory_is_refused() {
+    let msg = sidecar_err(&["dir.bin"], |root| {
+        std::fs::create_dir(root.join("model/dir.bin")).unwrap();
+    });
+    assert!(msg.contains("not a regular file"), "{msg}");
 }

@@ -832,14 +832,16 @@ fn validate_engram(file: &GgufFile, p: &str, e: &EngramMeta, m: &Deepseek41Meta)
     if n == 0 {
         return Err(bad("layer_ids", "no engram layers listed".into()));
     }
-    for (i, &l) in e.layer_ids.iter().enumerate() {
+    // One pass with a set: the duplicate check stays linear however many layers a file lists.
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    for &l in &e.layer_ids {
         if l >= m.n_layers {
             return Err(bad(
                 "layer_ids",
                 format!("layer {l} is not below {} layers", m.n_layers),
             ));
         }
-        if e.layer_ids[..i].contains(&l) {
+        if !seen.insert(l) {
             return Err(bad("layer_ids", format!("layer {l} is listed twice")));
         }
     }
@@ -972,11 +974,13 @@ fn validate_engram(file: &GgufFile, p: &str, e: &EngramMeta, m: &Deepseek41Meta)
     Ok(())
 }
 
-/// Checks each embedded engram table against the constants: present, the encoding's type and
-/// row width, `rows` rows.
+/// Checks each engram table against the constants: an embedded table is present with the
+/// encoding's type and row width and `rows` rows; a sidecar is opened (inside the GGUF's
+/// directory) and must hold `rows` rows from its offset. Either way every row count is backed
+/// by bytes before anything is built from it.
 pub fn validate_engram_tables(set: &GgufSet, e: &EngramMeta) -> Result<()> {
     if e.storage != EngramStorage::Embedded {
-        return Ok(());
+        return super::engram::EngramTables::open(set, e).map(|_| ());
     }
     let (ggml_type, ne0) = e.encoding.tensor_layout_for(e.head_dim);
     for (&layer, &rows) in e.layer_ids.iter().zip(&e.rows) {

@@ -657,7 +657,14 @@ fn ds4_metadata(
     let (Some(ec), Some(t)) = (engram, tables) else {
         return Ok(None);
     };
-    let encoding = EngramEncoding::e4m3_with_values(u32_of(ec.head_dim)?).name();
+    let encoding = EngramEncoding::e4m3_with_values(u32_of(ec.head_dim)?)
+        .ok_or_else(|| {
+            ExportError::Types(format!(
+                "engram head dim {} is not a positive multiple of 32 (one E8M0 scale per 32 codes)",
+                ec.head_dim
+            ))
+        })?
+        .name();
     let (primes, _, mults, map) = engram_flat(t);
     w.add(&p("engram.encoding"), GgufValue::string(encoding.clone()))?;
     w.add(&p("engram.layer_ids"), u32s(&ec.layer_ids)?)?;
