@@ -142,10 +142,28 @@ pub fn model_from_gguf(set: &GgufSet, meta: &Deepseek41Meta) -> Result<GgufModel
             ls
         }
     };
-    let candidate_source_layer = meta.candidate_source_layer_id.map(usize_of);
-    if candidate_source_layer.is_none() {
-        notes.push("no candidate-filter keys: running without the candidate filter".into());
-    }
+    let candidate_source_layer = match meta.candidate_source_layer_id {
+        Some(l) => Some(usize_of(l)),
+        // A llama.cpp file without candidate keys: the released geometry's source, the first
+        // ratio-1 index source (the dialect reader already warned and set blocks and size).
+        None if meta.candidate_topk_blocks.is_some() => {
+            let source = index_source_layers
+                .iter()
+                .copied()
+                .find(|&l| meta.compress_ratios.get(l).copied() == Some(1));
+            notes.push(match source {
+                Some(l) => format!(
+                    "candidate source layer {l}: no candidate keys, the first ratio-1 index source"
+                ),
+                None => "no candidate keys and no ratio-1 index source: no candidate filter".into(),
+            });
+            source
+        }
+        None => {
+            notes.push("no candidate-filter keys: running without the candidate filter".into());
+            None
+        }
+    };
     let rope = meta.rope_scaling.clone();
     if rope.is_none() {
         notes.push("no rope scaling keys: YaRN factor 1 (no extension)".into());
