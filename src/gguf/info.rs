@@ -148,6 +148,9 @@ pub struct InfoReport {
     pub deepseek41: Option<Value>,
     /// Warnings a loader would otherwise swallow.
     pub warnings: Vec<String>,
+    /// Why the file is not a complete deepseek41 model (empty when it is one): another
+    /// architecture, metadata that does not validate, a vocabulary-only file, a lone shard.
+    pub notes: Vec<String>,
     /// Metadata of shard 0 in file order.
     pub metadata: Vec<MetaRow>,
     /// Every tensor.
@@ -157,6 +160,12 @@ pub struct InfoReport {
 }
 
 impl InfoReport {
+    /// Whether the set is a complete deepseek41 model: a dialect detected, its metadata valid,
+    /// tensors present, and no note against it.
+    pub fn is_complete_deepseek41(&self) -> bool {
+        self.notes.is_empty()
+    }
+
     /// Whether the file calls itself deepseek41 (or the legacy `deepseek4`), so that a failed
     /// validation is a real problem rather than "some other model".
     pub fn architecture_is_deepseek41(&self) -> bool {
@@ -260,6 +269,19 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
         .get("general.architecture")
         .and_then(MetaValue::as_str)
         .map(str::to_string);
+    let mut notes = Vec::new();
+    match (&architecture, &dialect, &deepseek41_error) {
+        (Some(a), _, _) if !matches!(a.as_str(), "deepseek41" | "deepseek4") => notes.push(
+            format!("not a deepseek41 model: general.architecture is {a:?}; shown as a plain GGUF"),
+        ),
+        (None, _, _) => notes
+            .push("no general.architecture: a valid GGUF, but not a deepseek41 model".to_string()),
+        (_, _, Some(e)) => notes.push(format!("not a complete deepseek41 model: {e}")),
+        _ => {}
+    }
+    if tensors.is_empty() {
+        notes.push("no tensors: a vocabulary-only (metadata-only) file".to_string());
+    }
     Ok(InfoReport {
         shards,
         architecture,
@@ -267,6 +289,7 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
         deepseek41_error,
         deepseek41,
         warnings,
+        notes,
         metadata,
         tensors,
         census,
