@@ -202,6 +202,15 @@ fn build_engram(value: &Json, fx: &Fixture) -> Msg<EngramFixture> {
     if scale_block == 0 {
         return Err(f.bad("scale_block", "must be >= 1, got 0"));
     }
+    // One E8M0 scale per `scale_block` values of a row: a row of `head_dim` values holds
+    // `head_dim / scale_block` of them (1 in the tiny fixture, 8 in the real 256-wide rows).
+    if head_dim % scale_block != 0 || head_dim == 0 {
+        return Err(f.bad(
+            "scale_block",
+            &format!("{scale_block} does not divide head_dim = {head_dim} into whole blocks"),
+        ));
+    }
+    let scales_per_row = head_dim / scale_block;
     let n_sizes = max_ngram_size - 1;
     if n_sizes.checked_mul(n_heads) != Some(n_hash_cols) {
         return Err(f.bad(
@@ -315,11 +324,13 @@ fn build_engram(value: &Json, fx: &Fixture) -> Msg<EngramFixture> {
                 ),
             ));
         }
-        if scales[l].len() != num_embeddings[l] {
+        let expected = num_embeddings[l].checked_mul(scales_per_row);
+        if expected != Some(scales[l].len()) {
             return Err(f.bad(
                 "scales",
                 &format!(
-                    "[{l}] has {} entries, expected num_embeddings[{l}] = {}",
+                    "[{l}] has {} entries, expected num_embeddings[{l}] x head_dim / scale_block \
+                     = {} x {head_dim} / {scale_block}",
                     scales[l].len(),
                     num_embeddings[l]
                 ),

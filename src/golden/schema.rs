@@ -168,7 +168,8 @@ pub struct EngramFixture {
     /// `[layer][col]`
     pub offsets: Vec<Vec<i64>>,
     pub scale_block: usize,
-    /// `[layer][row]` powers of two
+    /// `[layer][row · head_dim/scale_block + block]` powers of two: row r's
+    /// `head_dim / scale_block` scales are consecutive.
     pub scales: Vec<Vec<f64>>,
 }
 
