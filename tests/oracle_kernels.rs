@@ -23,15 +23,11 @@ use std::sync::Arc;
 /// cores (tasks then interleave differently again).
 const THREAD_COUNTS: [usize; 3] = [1, 2, 16];
 
-/// A reference golden: in the repository once the goldens move there, else beside it.
+/// A reference golden from the repository's copies (golden/reference/).
 fn reference(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let in_repo = root.join("tests/data/reference").join(name);
-    if in_repo.exists() {
-        in_repo
-    } else {
-        root.join("../shared/reference").join(name)
-    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("golden/reference")
+        .join(name)
 }
 
 fn report_json(golden: &Golden, oracle: &mut Oracle, mode: Mode) -> String {

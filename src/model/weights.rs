@@ -330,9 +330,16 @@ impl FillerSource {
     }
 
     /// A filler over the parameter list the reference would build for `cfg`
-    /// ([`crate::model::params::param_list`]), e.g. the real V4.1-Flash geometry.
-    pub fn from_config(label: impl Into<String>, cfg: &crate::model::ModelConfig) -> FillerSource {
-        FillerSource::new(label, &crate::model::params::param_list(cfg))
+    /// ([`crate::model::params::param_list`]), e.g. the real V4.1-Flash geometry; an error when
+    /// the geometry's shapes overflow.
+    pub fn from_config(
+        label: impl Into<String>,
+        cfg: &crate::model::ModelConfig,
+    ) -> Result<FillerSource, crate::model::ConfigError> {
+        Ok(FillerSource::new(
+            label,
+            &crate::model::params::param_list(cfg)?,
+        ))
     }
 
     /// Set the whole-tensor cache budget in bytes (0 caches nothing).
