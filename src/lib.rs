@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod golden;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod import;
 pub mod model;
 pub mod num;
 pub mod oracle;

@@ -1,5 +1,6 @@
 //! Subcommand definitions and dispatch. Each subcommand family lives in its own file.
 
+pub mod captures;
 pub mod check;
 pub mod gguf;
 pub mod golden;
@@ -31,6 +32,9 @@ pub enum Command {
     /// Inspect, export or synthesise deepseek41 GGUF files.
     #[command(subcommand)]
     Gguf(gguf::GgufCmd),
+    /// Inspect or convert captures imported from another engine's dump.
+    #[command(subcommand)]
+    Captures(captures::CapturesCmd),
     /// Run backends over a golden and compare every capture; exits 1 on any failure.
     Check(check::CheckArgs),
     /// Open the desktop window (the default with no subcommand in a `gui` build).
@@ -45,6 +49,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Golden(cmd)) => golden::run(cmd),
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
+        Some(Command::Captures(cmd)) => captures::run(cmd),
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Gui(args)) => gui::run(args),
         Some(Command::Selftest(args)) => selftest::run(args),
