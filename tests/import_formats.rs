@@ -120,3 +120,28 @@ layout = "ggml"
         "{e}"
     );
 }
+
+/// The perturbation the issue asks a check to catch: 2% on one capture.
+const PERTURB_FACTOR: f32 = 1.02;
+
+#[test]
+fn a_capture_perturbed_by_2_percent_fails_first() {
+    let full = golden("v3-full");
+    let v3 = golden("v3");
+    let mut tensors = canonical(&full_captures(&full));
+    let target = "prefill12/L2.attn_out";
+    for (n, _, v) in tensors.iter_mut() {
+        if n == target {
+            if let TensorValues::F32(x) = v {
+                x.iter_mut().for_each(|e| *e *= PERTURB_FACTOR);
+            }
+        }
+    }
+    let dir = scratch();
+    let path = dir.path().join("perturbed.safetensors");
+    import::safetensors::write(&path, &tensors, &[]).unwrap();
+    let report = check(join(&path, "canonical", &v3), &v3);
+    let first = report.first_failure().expect("the perturbation is caught");
+    assert_eq!(format!("{}/{}", first.regime, first.name), target);
+    assert!(!report.ok());
+}

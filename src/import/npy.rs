@@ -339,12 +339,19 @@ mod literal {
                 b'(' => {
                     self.i += 1;
                     let mut dims = Vec::new();
+                    let mut other = false;
                     loop {
                         if self.peek() == Some(b')') {
                             self.i += 1;
                             break;
                         }
-                        dims.push(self.int()?);
+                        if self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                            dims.push(self.int()?);
+                        } else {
+                            // A tuple of something else (a structured dtype's field).
+                            self.value(depth + 1)?;
+                            other = true;
+                        }
                         match self.peek() {
                             Some(b',') => self.i += 1,
                             Some(b')') => {}
@@ -354,7 +361,11 @@ mod literal {
                             return Err("more than 32 dimensions".into());
                         }
                     }
-                    Ok(Value::Tuple(dims))
+                    Ok(if other {
+                        Value::Other
+                    } else {
+                        Value::Tuple(dims)
+                    })
                 }
                 b'[' => {
                     self.i += 1;

@@ -67,9 +67,72 @@ fn member_size(
     }
 }
 
+/// Bytes searched from the end for the end-of-central-directory record (its fixed 22 bytes
+/// plus the longest comment).
+const EOCD_SEARCH_BYTES: u64 = 22 + 65_535;
+
+/// The entry count the central directory itself declares (the zip reader indexes members by
+/// name and would silently collapse two members of one name).
+fn declared_entries(path: &Path) -> Result<u64, ImportError> {
+    use std::io::{Seek, SeekFrom};
+    let bad = |msg: &str| ImportError::format(path, "zip archive", msg.to_string());
+    let mut f = File::open(path).map_err(|e| ImportError::io(path, "open", e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| ImportError::io(path, "stat", e))?
+        .len();
+    let start = len.saturating_sub(EOCD_SEARCH_BYTES);
+    f.seek(SeekFrom::Start(start))
+        .map_err(|e| ImportError::io(path, "seek", e))?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail)
+        .map_err(|e| ImportError::io(path, "read", e))?;
+    let eocd = tail
+        .windows(4)
+        .rposition(|w| w == b"PK\x05\x06")
+        .filter(|&at| at + 22 <= tail.len())
+        .ok_or_else(|| bad("no end-of-central-directory record"))?;
+    let total = u16::from_le_bytes([tail[eocd + 10], tail[eocd + 11]]);
+    if total != u16::MAX {
+        return Ok(u64::from(total));
+    }
+    // ZIP64: the locator just before the record points at the ZIP64 end record.
+    let loc = eocd
+        .checked_sub(20)
+        .filter(|&l| &tail[l..l + 4] == b"PK\x06\x07")
+        .ok_or_else(|| bad("ZIP64 entry count without a ZIP64 locator"))?;
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&tail[loc + 8..loc + 16]);
+    let rec = u64::from_le_bytes(off);
+    if rec.checked_add(56).is_none_or(|e| e > len) {
+        return Err(bad("the ZIP64 end record lies outside the file"));
+    }
+    f.seek(SeekFrom::Start(rec))
+        .map_err(|e| ImportError::io(path, "seek", e))?;
+    let mut r = [0u8; 56];
+    f.read_exact(&mut r)
+        .map_err(|e| ImportError::io(path, "read", e))?;
+    if &r[..4] != b"PK\x06\x06" {
+        return Err(bad("the ZIP64 locator points at no ZIP64 end record"));
+    }
+    off.copy_from_slice(&r[32..40]);
+    Ok(u64::from_le_bytes(off))
+}
+
 /// Read the tensor index of an `.npz`: one tensor per `NAME.npy` member.
 pub fn read(path: &Path) -> Result<Vec<DumpTensor>, ImportError> {
     let (mut archive, archive_len) = open_archive(path)?;
+    let declared = declared_entries(path)?;
+    if declared != archive.len() as u64 {
+        return Err(ImportError::format(
+            path,
+            "zip archive",
+            format!(
+                "the central directory lists {declared} members but {} distinct names: a member name appears twice",
+                archive.len()
+            ),
+        ));
+    }
     let mut out: Vec<DumpTensor> = Vec::new();
     let mut names = std::collections::HashSet::new();
     for index in 0..archive.len() {
