@@ -103,3 +103,38 @@ pub fn raw_bytes(values: &TensorValues) -> Vec<u8> {
         TensorValues::I64(v) => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
     }
 }
+
+/// The module call (`pass{N}/{module}.{output|input}{i}`) of DeepSeek's model.py that carries a
+/// capture, where one does.
+pub fn module_of(capture: &str) -> Option<String> {
+    match capture {
+        "embed" => return Some("embed.output0".into()),
+        "h_final" => return Some("norm.input0".into()),
+        "head_in" => return Some("norm.output0".into()),
+        _ => {}
+    }
+    if let Some(rest) = capture.strip_prefix("shared.") {
+        let (l, b) = rest.split_once('.')?;
+        return (b == "topk_idxs").then(|| format!("layers.{}.attn.indexer.output0", &l[1..]));
+    }
+    let (l, base) = capture.split_once('.')?;
+    let l = l.strip_prefix('L')?;
+    let m = match base {
+        "h_in" => "input0",
+        "pre_mix_in" => "input2",
+        "h_out" => "output0",
+        "pre_mix_out" => "output1",
+        "attn_in" => "attn_norm.output0",
+        "attn_out" => "attn.output0",
+        "ffn_in" => "ffn_norm.output0",
+        "ffn_out" => "ffn.output0",
+        "moe_weights" => "ffn.gate.output0",
+        "moe_indices" => "ffn.gate.output1",
+        "engram_in" => "engram.input0",
+        "engram_out" => "engram.output0",
+        "engram_embed" => "engram.embed.output0",
+        "engram_kv" => "engram.wkv.output0",
+        _ => return None,
+    };
+    Some(format!("layers.{l}.{m}"))
+}
