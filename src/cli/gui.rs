@@ -47,6 +47,7 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     // The app passes the GGUF it runs on (`--gguf`, or one opened at runtime), or None for the
     // golden's filler weights.
     options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, with_gpu));
+    options.captures_map = args.map.clone();
     if let Some(dump) = args.captures {
         let map = golden_lens::import::NameMap::load(&args.map)?;
         options.backends = golden_lens::ui::imported::with_captures(options.backends, dump, map);

@@ -20,3 +20,12 @@ pub fn with_captures(inner: BackendMaker, dump: PathBuf, map: NameMap) -> Backen
         Ok(backends)
     })
 }
+
+/// True for a path the app opens as a dump rather than a golden: a safetensors, `.npy`, `.npz`
+/// or TSV manifest file, or a folder (holding a manifest).
+pub fn is_dump(path: &std::path::Path) -> bool {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    path.is_dir() || matches!(ext.as_deref(), Some("safetensors" | "npy" | "npz" | "tsv"))
+}
