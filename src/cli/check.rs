@@ -114,6 +114,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     if backends == Backends::Cpu && (args.reference_ties || args.inject.is_some()) {
         anyhow::bail!("--reference-ties and --inject apply to the GPU backend (use --backend gpu)");
     }
+    if super::goldenless::wanted(&args) && args.captures.is_some() {
+        anyhow::bail!("--captures needs a golden to join the dump with (not --tokens or --prompt)");
+    }
     if super::goldenless::wanted(&args) {
         // No golden: the oracle is the reference, so a GPU run always runs beside it.
         return super::goldenless::run(&args, backends != Backends::Cpu);
