@@ -315,7 +315,7 @@ fn gpu_backend(
     if with_gpu {
         anyhow::bail!(
             "backend `{}` needs a build with the `gpu` feature",
-            args.backend
+            args.backend.as_deref().unwrap_or("cpu")
         );
     }
     Ok(None)

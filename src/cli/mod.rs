@@ -64,7 +64,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check::run(check::CheckArgs {
                 golden: None,
                 gguf: None,
-                backend: "cpu".into(),
+                backend: None,
+                captures: None,
+                map: "canonical".into(),
                 mode: check::ModeArg::Chained,
                 only: None,
                 regime: None,
