@@ -15,14 +15,15 @@ use golden_lens::gguf::quant::sample::random_blocks;
 use golden_lens::gguf::quant::{block_decoder, reference_block_decoder, BlockDecoder};
 use golden_lens::gguf::GgmlType;
 use golden_lens::model::stored::StoredMatrix;
-use golden_lens::oracle::gemm::roofline::{bandwidth, fma_peak_gflops, Bandwidth, Precision};
+use golden_lens::oracle::gemm::roofline::{
+    bandwidth, best_compute_seconds, fma_peak_gflops, Bandwidth, Precision,
+};
 use golden_lens::oracle::gemm::{best_path, gemm, kernel_path_note, WeightRows};
 use rayon::prelude::*;
 use serde_json::json;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct BenchArgs {
@@ -43,6 +44,13 @@ pub struct BenchArgs {
     /// Write every figure as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Only GEMM shapes whose name or weight type contains this (e.g. `Q2_K`, `wq_b`); the
+    /// dequantization table still runs unless `--gemm-only`.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Skip the dequantization table (and gguf-py).
+    #[arg(long)]
+    pub gemm_only: bool,
 }
 
 /// Seconds the FMA peak kernels run per repetition.
@@ -215,16 +223,6 @@ struct DequantRow {
     gguf_py_bit_exact: Option<bool>,
 }
 
-fn best_of(reps: usize, mut f: impl FnMut(usize)) -> f64 {
-    (0..reps.max(1))
-        .map(|r| {
-            let t = Instant::now();
-            f(r);
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
 /// bf16-representable inputs of mixed sign.
 fn inputs(len: usize, seed: u64) -> Vec<f32> {
     (0..len as u64)
@@ -256,6 +254,7 @@ impl Pool {
     /// Times one GEMM shape, each repetition on weights at a different place in the pool.
     fn time(&self, m: usize, n: usize, k: usize, reps: usize) -> anyhow::Result<f64> {
         let x = inputs(m * k, 3);
+        let threads = rayon::current_num_threads();
         match self {
             Pool::F32(p) => {
                 let len = n * k;
@@ -266,7 +265,7 @@ impl Pool {
                     );
                 }
                 let slots = (p.len() / len).max(1);
-                Ok(best_of(reps, |r| {
+                Ok(best_compute_seconds(reps, threads, |r| {
                     let w = &p[(r % slots) * len..(r % slots + 1) * len];
                     std::hint::black_box(gemm(&x, m, k, WeightRows::F32(w), n, true));
                 }))
@@ -286,7 +285,7 @@ impl Pool {
                         StoredMatrix::new("bench", *t, n, k, bytes, true)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(best_of(reps, |r| {
+                Ok(best_compute_seconds(reps, threads, |r| {
                     let w = WeightRows::Stored(&mats[r % mats.len()]);
                     std::hint::black_box(gemm(&x, m, k, w, n, true));
                 }))
@@ -354,14 +353,18 @@ fn dequant_row(
     let blocks = random_blocks(ty, values / bv, 5).context("random blocks")?;
     let mut out = vec![0f32; values];
     let gbs = |s: f64| (values * 4) as f64 / s / 1e9;
-    let all = best_of(reps, |_| decode_all(fast, ty, &blocks, &mut out, true));
-    let one = best_of(reps, |_| decode_all(fast, ty, &blocks, &mut out, false));
+    let threads = rayon::current_num_threads();
+    let all = best_compute_seconds(reps, threads, |_| {
+        decode_all(fast, ty, &blocks, &mut out, true)
+    });
+    let one = best_compute_seconds(reps, 1, |_| decode_all(fast, ty, &blocks, &mut out, false));
     let level = simd_level();
     cap_simd_level(Some(SimdLevel::Baseline));
-    let baseline = best_of(reps, |_| decode_all(fast, ty, &blocks, &mut out, false));
+    let baseline =
+        best_compute_seconds(reps, 1, |_| decode_all(fast, ty, &blocks, &mut out, false));
     cap_simd_level(None);
     debug_assert_eq!(level, simd_level());
-    let reference_s = best_of(reps, |_| {
+    let reference_s = best_compute_seconds(reps, 1, |_| {
         decode_all(reference, ty, &blocks, &mut out, false)
     });
     Ok((
@@ -538,6 +541,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             *what == "attn.wkv" || (*w == Weights::Stored(GgmlType::Q2K) && *what == "expert.w2")
         });
     }
+    if let Some(only) = &args.only {
+        plan.retain(|(w, what, _, _)| what.contains(only.as_str()) || w.name() == *only);
+    }
     let tokens: &[usize] = if args.quick { &[1, 16] } else { &TOKEN_COUNTS };
     println!();
     println!("GEMM (real dims; limit = min(f64 FMA peak, read bandwidth x FLOP per byte), the f64 peak because the oracle's bits are an f64 reduction; 'f32 lim' uses the f32 peak instead)");
@@ -586,16 +592,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     // Dequantization.
     let values = if args.quick { 1 << 20 } else { DEQUANT_VALUES };
+    let types: &[GgmlType] = if args.gemm_only { &[] } else { &DEQUANT_TYPES };
     println!();
     println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder)", values, simd_level().name());
     let mut dq_rows = Vec::new();
     let mut dq_blocks = Vec::new();
-    for ty in DEQUANT_TYPES {
+    for &ty in types {
         let (row, blocks) = dequant_row(ty, values, reps, &limits)?;
         dq_rows.push(row);
         dq_blocks.push(blocks);
     }
-    let python = find_python(&args.python);
+    let python = if args.gemm_only {
+        None
+    } else {
+        find_python(&args.python)
+    };
     let py_note = match &python {
         Some(p) => match gguf_py_side(p, &mut dq_rows, &dq_blocks, GGUF_PY_VALUES.min(values)) {
             Ok(()) => format!("gguf-py: {} (numpy, one thread)", p.display()),
@@ -685,9 +696,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     println!();
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{:.0}%", 100.0 * v)
+        } else {
+            "n/a".into()
+        }
+    };
     println!(
-        "worst GEMM against the f32 FMA peak instead: {:.0}% of its limit",
-        100.0 * worst_gemm_f32
+        "worst GEMM against the f32 FMA peak instead: {} of its limit",
+        pct(worst_gemm_f32)
     );
     let py = if vs_py.is_finite() {
         format!("{vs_py:.1}")
@@ -695,9 +713,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "n/a".into()
     };
     println!(
-        "roofline: worst GEMM {:.0}% of its limit, worst dequant {:.0}% of memcpy, dequant vs gguf-py {py} x",
-        100.0 * worst_gemm,
-        100.0 * worst_dq
+        "roofline: worst GEMM {} of its limit, worst dequant {} of memcpy, dequant vs gguf-py {py} x",
+        pct(worst_gemm),
+        pct(worst_dq)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -136,6 +136,10 @@ impl<'a> StoredMatrix<'a> {
         let start = row * self.row_bytes + col0 / self.block_values * self.block_bytes;
         let len = out.len() / self.block_values * self.block_bytes;
         (self.decoder)(&self.bytes[start..start + len], out);
+        // The row's next chunk: GEMMs read a dozen rows a chunk at a time.
+        let row_end = (row + 1) * self.row_bytes;
+        let next = (start + len).min(row_end)..(start + 2 * len).min(row_end);
+        crate::gguf::quant::rows::prefetch(&self.bytes[next]);
     }
 }
 

@@ -1,10 +1,12 @@
-//! Fast row decoders: every block type's decoder written so the compiler vectorizes it (inner
-//! loops of 16 or 32 lanes with the scale hoisted), compiled three times (AVX-512, AVX2 + FMA +
-//! F16C, and the baseline) and picked at run time; the table lookups (MXFP4's E2M1 codes) and
-//! f16 widening use explicit x86 instructions where present. Each performs exactly the
-//! operations of the per-block reference decoder in the same order (the same multiplies and
-//! subtracts, unfused), so the bits are equal; `tests` checks that on random blocks of every
-//! type, NaN and infinite scales included.
+//! Fast row decoders. Every block type's decoder exists twice: a portable one written for the
+//! compiler to vectorize (inner loops of 16 or 32 lanes, scales hoisted), and an explicit
+//! x86 one (AVX2 + F16C: bytes shifted and masked sixteen at a time, widened, converted,
+//! scaled; MXFP4's E2M1 codes by byte shuffle; IQ2_XXS's grid from an f32 table), picked at run
+//! time. Each performs exactly the operations of the per-block reference decoder in the same
+//! order (the same multiplies and subtracts, unfused), so the bits are equal; a second entry
+//! per type rounds the values to bf16 in registers (`num::bf16_round`'s rule) for parameters
+//! the reference holds in bf16. `tests` checks every variant on random blocks of every type,
+//! NaN and infinite scales included.
 
 use super::{f16_at, iq2xxs, kquants, legacy, mxfp4, u32_at};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -477,6 +479,25 @@ dispatch!(
     i8_body
 );
 
+/// Asks the CPU to start loading `bytes` into the cache (x86 prefetch, one request per cache
+/// line; nothing elsewhere). Kernels that read many rows a chunk at a time call it for the
+/// next chunk of the row they just read: too many interleaved streams for the hardware
+/// prefetcher to follow.
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch is a hint: it reads nothing architecturally and cannot fault, and
+        // the address is inside `bytes`.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// `num::bf16_round` over a slice (nearest even on the upper half; NaNs stay NaN with the quiet
 /// bit set): what the GGUF source applies to parameters the reference holds in bf16.
 pub fn round_to_bf16_in_place(v: &mut [f32]) {
@@ -530,7 +551,8 @@ mod x86 {
             {
                 let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
                 // SAFETY: `p + 8i .. p + 8i + 8` lies inside the 32 values of `dst`.
-                unsafe { store8::<R>(p.add(8 * i), _mm256_mul_ps(d, f)) };
+                // A power of two times a small integer: never NaN.
+                unsafe { store8::<R>(p.add(8 * i), _mm256_mul_ps(d, f), true) };
             }
         }
     }
@@ -545,16 +567,41 @@ mod x86 {
     }
 
     /// Stores eight values at `p`, rounded to bf16 first when `R` (the rule of
-    /// `round_bf16_one`).
+    /// `round_bf16_one`; `finite` promises no lane is NaN, which lets the rounding skip its NaN
+    /// branch: every decoder passes it per block from its scales).
     ///
     /// # Safety
     /// `p` must be valid for eight f32 writes.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn store8<const R: bool>(p: *mut f32, y: __m256) {
-        let y = if R { round8(y) } else { y };
+    unsafe fn store8<const R: bool>(p: *mut f32, y: __m256, finite: bool) {
+        let y = match (R, finite) {
+            (false, _) => y,
+            (true, true) => round8_finite(y),
+            (true, false) => round8(y),
+        };
         // SAFETY: the caller guarantees eight writable f32 at `p`.
         unsafe { _mm256_storeu_ps(p, y) }
+    }
+
+    /// `round_bf16_one` on eight bf16-representable lanes: only NaNs change (quiet bit set).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn quiet_nans(bits: __m256i) -> __m256i {
+        let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fff_ffff));
+        let nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f80_0000));
+        _mm256_or_si256(bits, _mm256_and_si256(nan, _mm256_set1_epi32(0x0040_0000)))
+    }
+
+    /// `round_bf16_one` on eight lanes known not to be NaN (infinities are fine): the NaN
+    /// branch is the only difference, so the bits are those of [`round8`].
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn round8_finite(y: __m256) -> __m256 {
+        let bits = _mm256_castps_si256(y);
+        let lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        let up = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+        _mm256_castsi256_ps(_mm256_and_si256(up, _mm256_set1_epi32(-0x1_0000)))
     }
 
     /// `round_bf16_one` on eight lanes.
@@ -576,25 +623,31 @@ mod x86 {
     /// `d·q − m`: one multiply, then one subtract).
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn affine16_u8<const R: bool>(q: __m128i, scale: __m256, min: __m256, dst: &mut [f32]) {
+    fn affine16_u8<const R: bool>(
+        q: __m128i,
+        scale: __m256,
+        min: __m256,
+        dst: &mut [f32],
+        finite: bool,
+    ) {
         assert!(dst.len() >= 16);
         for (i, v) in [q, _mm_srli_si128(q, 8)].into_iter().enumerate() {
             let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
             let y = _mm256_sub_ps(_mm256_mul_ps(scale, f), min);
             // SAFETY: `dst` holds 16 values (checked above); this writes 8 at offset 8i.
-            unsafe { store8::<R>(dst.as_mut_ptr().add(8 * i), y) };
+            unsafe { store8::<R>(dst.as_mut_ptr().add(8 * i), y, finite) };
         }
     }
 
     /// `dst[i] = scale · f32(q[i])` for the 16 signed bytes of `q`.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn scale16_i8<const R: bool>(q: __m128i, scale: __m256, dst: &mut [f32]) {
+    fn scale16_i8<const R: bool>(q: __m128i, scale: __m256, dst: &mut [f32], finite: bool) {
         assert!(dst.len() >= 16);
         for (i, v) in [q, _mm_srli_si128(q, 8)].into_iter().enumerate() {
             let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
             // SAFETY: as in `affine16_u8`.
-            unsafe { store8::<R>(dst.as_mut_ptr().add(8 * i), _mm256_mul_ps(scale, f)) };
+            unsafe { store8::<R>(dst.as_mut_ptr().add(8 * i), _mm256_mul_ps(scale, f), finite) };
         }
     }
 
@@ -614,8 +667,9 @@ mod x86 {
             .zip(out.chunks_exact_mut(32))
         {
             let d = _mm256_set1_ps(f16_at(b, 0));
-            scale16_i8::<R>(load16(&b[2..18]), d, &mut o[..16]);
-            scale16_i8::<R>(load16(&b[18..34]), d, &mut o[16..]);
+            let fin = f16_at(b, 0).is_finite();
+            scale16_i8::<R>(load16(&b[2..18]), d, &mut o[..16], fin);
+            scale16_i8::<R>(load16(&b[18..34]), d, &mut o[16..], fin);
         }
     }
 
@@ -628,11 +682,12 @@ mod x86 {
             .zip(out.chunks_exact_mut(32))
         {
             let d = _mm256_set1_ps(f16_at(b, 0));
+            let fin = f16_at(b, 0).is_finite();
             let q = load16(&b[2..18]);
             let lo = _mm_sub_epi8(_mm_and_si128(q, nib), eight);
             let hi = _mm_sub_epi8(srl8(q, 4), eight);
-            scale16_i8::<R>(lo, d, &mut o[..16]);
-            scale16_i8::<R>(hi, d, &mut o[16..]);
+            scale16_i8::<R>(lo, d, &mut o[..16], fin);
+            scale16_i8::<R>(hi, d, &mut o[16..], fin);
         }
     }
 
@@ -648,6 +703,7 @@ mod x86 {
             let qs = &b[16..80];
             let d = f16_at(b, 80);
             let dmin = f16_at(b, 82);
+            let fin = d.is_finite() && dmin.is_finite();
             for h in 0..2 {
                 for g2 in 0..2 {
                     let q = load16(&qs[32 * h + 16 * g2..]);
@@ -657,7 +713,7 @@ mod x86 {
                         let ml = _mm256_set1_ps(dmin * f32::from(sc >> 4));
                         let v = _mm_and_si128(srl8(q, 2 * s as u32), three);
                         let at = 128 * h + 32 * s + 16 * g2;
-                        affine16_u8::<R>(v, dl, ml, &mut o[at..at + 16]);
+                        affine16_u8::<R>(v, dl, ml, &mut o[at..at + 16], fin);
                     }
                 }
             }
@@ -676,6 +732,7 @@ mod x86 {
             let qs = &b[32..96];
             let scales = kquants::q3_k_scales(&b[96..108]);
             let d = f16_at(b, 108);
+            let fin = d.is_finite();
             for h in 0..2 {
                 for g2 in 0..2 {
                     let q = load16(&qs[32 * h + 16 * g2..]);
@@ -687,7 +744,7 @@ mod x86 {
                             _mm_xor_si128(_mm_and_si128(srl8(m, (4 * h + s) as u32), one), one);
                         let v = _mm_sub_epi8(low, _mm_slli_epi16(clear, 2));
                         let at = 128 * h + 32 * s + 16 * g2;
-                        scale16_i8::<R>(v, dl, &mut o[at..at + 16]);
+                        scale16_i8::<R>(v, dl, &mut o[at..at + 16], fin);
                     }
                 }
             }
@@ -722,6 +779,7 @@ mod x86 {
         {
             let d = f16_at(b, 0);
             let dmin = f16_at(b, 2);
+            let fin = d.is_finite() && dmin.is_finite();
             let scales = &b[4..16];
             let qh = &b[16..48];
             let qs = &b[qs_at..qs_at + 128];
@@ -737,7 +795,7 @@ mod x86 {
                         v = _mm_or_si128(v, _mm_slli_epi16(hb, 4));
                     }
                     let at = 32 * g + 16 * half;
-                    affine16_u8::<R>(v, d1, m1, &mut o[at..at + 16]);
+                    affine16_u8::<R>(v, d1, m1, &mut o[at..at + 16], fin);
                 }
             }
         }
@@ -755,6 +813,7 @@ mod x86 {
             let qh = &b[128..192];
             let scales = &b[192..208];
             let d = f16_at(b, 208);
+            let fin = d.is_finite();
             for h in 0..2 {
                 for g2 in 0..2 {
                     let hq = load16(&qh[32 * h + 16 * g2..]);
@@ -766,7 +825,7 @@ mod x86 {
                         let high = _mm_and_si128(srl8(hq, 2 * quarter as u32), three);
                         let v = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), bias);
                         let at = 128 * h + 32 * quarter + 16 * g2;
-                        scale16_i8::<R>(v, dsc, &mut o[at..at + 16]);
+                        scale16_i8::<R>(v, dsc, &mut o[at..at + 16], fin);
                     }
                 }
             }
@@ -783,6 +842,7 @@ mod x86 {
             .zip(out.chunks_exact_mut(256))
         {
             let d = f16_at(b, 0);
+            let fin = d.is_finite();
             for group in 0..8 {
                 let base = 2 + 8 * group;
                 let aux = u32_at(b, base + 4);
@@ -798,7 +858,7 @@ mod x86 {
                     let dst = &mut o[at..at + 8];
                     let y = _mm256_mul_ps(_mm256_mul_ps(db, level), sign);
                     // SAFETY: `dst` is 8 writable f32.
-                    unsafe { store8::<R>(dst.as_mut_ptr(), y) };
+                    unsafe { store8::<R>(dst.as_mut_ptr(), y, fin) };
                 }
             }
         }
@@ -816,7 +876,10 @@ mod x86 {
         for (s, d) in (&mut src8).zip(&mut dst8) {
             let wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(s)), 16);
             // SAFETY: `d` is 8 writable f32.
-            unsafe { store8::<R>(d.as_mut_ptr(), _mm256_castsi256_ps(wide)) };
+            // bf16 values are already bf16: rounding only quiets NaNs.
+            let y = if R { quiet_nans(wide) } else { wide };
+            // SAFETY: `d` is 8 writable f32.
+            unsafe { _mm256_storeu_si256(d.as_mut_ptr().cast(), y) };
         }
         let tail = dst8.into_remainder();
         for (o, c) in tail.iter_mut().zip(src8.remainder().chunks_exact(2)) {
