@@ -8,6 +8,8 @@ pub mod config;
 pub mod engram;
 pub mod gguf_export;
 pub mod gguf_source;
+pub mod layer_range;
+pub mod memory;
 pub mod params;
 pub mod rope;
 pub mod seed;
@@ -21,4 +23,5 @@ pub use backend::{
 pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
 pub use engram::EngramTables;
 pub use gguf_source::{GgufModel, GgufModelError, GgufSource};
+pub use layer_range::{LayerRange, LayerRangeError};
 pub use weights::{FillerSource, WeightError, WeightSource};
