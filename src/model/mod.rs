@@ -15,6 +15,7 @@ pub mod rope;
 pub mod seed;
 pub mod sparse;
 pub mod stored;
+pub mod synth_fill;
 pub mod weights;
 
 pub use backend::{
