@@ -16,6 +16,7 @@ pub mod seed;
 pub mod sparse;
 pub mod stored;
 pub mod synth_fill;
+pub mod tokenizer;
 pub mod weights;
 
 pub use backend::{
