@@ -379,8 +379,13 @@ impl Gpu {
                 ),
             ));
         }
-        if groups.0 > MAX_GROUPS || groups.1 > MAX_GROUPS || groups.2 > MAX_GROUPS {
-            return Err(guard(fam.name, format!("{entry}: {groups:?} workgroups")));
+        self.ctx.check_health()?;
+        let max = MAX_GROUPS.min(self.ctx.adapter.limits.max_workgroups_per_dimension);
+        if groups.0 > max || groups.1 > max || groups.2 > max {
+            return Err(guard(
+                fam.name,
+                format!("{entry}: {groups:?} workgroups, the adapter allows {max} per dimension"),
+            ));
         }
         if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 {
             return Ok(());
@@ -476,6 +481,16 @@ impl Gpu {
         Ok(t)
     }
 
+    /// Lose the device on purpose (`--inject device-lost@CAPTURE`): recorded as lost at once
+    /// (wgpu reports a destroyed device's loss only at its next poll), then destroyed, so every
+    /// later dispatch and read-back fails with [`GpuError::DeviceLost`].
+    pub fn lose_device(&mut self, why: &str) {
+        self.ctx.health.mark_lost(format!("Destroyed: {why}"));
+        self.encoder = None;
+        self.pending_dispatches = 0;
+        self.ctx.device.destroy();
+    }
+
     /// Submit everything recorded so far.
     pub fn flush(&mut self) {
         if let Some(enc) = self.encoder.take() {
@@ -527,10 +542,10 @@ impl Gpu {
                 });
         }
         drop(tx);
-        self.ctx
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Map(e.to_string()))?;
+        let polled = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        // A lost device fails the poll or the maps: say so rather than "could not be mapped".
+        self.ctx.check_health()?;
+        polled.map_err(|e| GpuError::Map(e.to_string()))?;
         let mut ok = vec![false; pending.len()];
         for (i, good) in rx.iter() {
             ok[i] = good;

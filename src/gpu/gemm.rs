@@ -20,6 +20,10 @@ pub const TILE_M: usize = 16;
 pub const TILE_N: usize = 64;
 /// Rows of y per `gemm_rows4` thread.
 pub const ROWS4: usize = 4;
+/// Workgroup memory `gemm_tiled` stages: x and w slabs of `TILE_K = 16` rows, as high and low
+/// halves (`(16 + 64) · 16 · 2` f32). GLES 3.1 and WebGPU guarantee 16 KiB; an adapter that
+/// offers less runs the four-row kernel instead (same bits).
+pub const TILED_WORKGROUP_BYTES: u32 = ((TILE_M + TILE_N) * 16 * 2 * 4) as u32;
 
 /// Which kernel of `gemm.wgsl` runs a GEMM. All give the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +52,22 @@ impl GemmKernel {
         }
     }
 
-    /// Whether `gpu` runs on a CPU adapter (lavapipe), for [`GemmKernel::for_shape`].
+    /// [`GemmKernel::for_shape`] on `gpu`'s adapter, within its limits: the tiled kernel only
+    /// where its workgroup memory fits.
+    pub fn for_gpu(m: usize, gpu: &Gpu) -> GemmKernel {
+        match GemmKernel::for_shape(m, GemmKernel::cpu_adapter(gpu)) {
+            GemmKernel::Tiled
+                if gpu.ctx.adapter.limits.max_workgroup_storage_bytes < TILED_WORKGROUP_BYTES =>
+            {
+                GemmKernel::Rows4
+            }
+            k => k,
+        }
+    }
+
+    /// Whether `gpu` runs on a CPU adapter (lavapipe, llvmpipe), for [`GemmKernel::for_shape`].
     pub fn cpu_adapter(gpu: &Gpu) -> bool {
-        gpu.ctx.adapter.device_type == format!("{:?}", wgpu::DeviceType::Cpu)
+        gpu.ctx.adapter.is_cpu()
     }
 
     /// The entry point; `low_halves`: whether the weight has values with nonzero low halves.
@@ -145,7 +162,7 @@ fn u(v: usize, what: &str) -> Result<u32, GpuError> {
 }
 
 /// `y[i, y_off + o] = x[i, ..] · w[w_row0 + o, ..]` for `o < n`, with `y` of row stride `ldy`,
-/// on the entry point [`GemmKernel::for_shape`] picks.
+/// on the entry point [`GemmKernel::for_gpu`] picks.
 #[allow(clippy::too_many_arguments)] // operand views and offsets, as the kernel takes them
 pub fn gemm_into(
     gpu: &mut Gpu,
@@ -159,7 +176,7 @@ pub fn gemm_into(
     y_off: usize,
     round_bf16: bool,
 ) -> Result<(), GpuError> {
-    let kernel = GemmKernel::for_shape(xv.m, GemmKernel::cpu_adapter(gpu));
+    let kernel = GemmKernel::for_gpu(xv.m, gpu);
     gemm_into_using(gpu, kernel, x, xv, w, w_row0, n, y, ldy, y_off, round_bf16)
 }
 

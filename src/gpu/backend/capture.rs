@@ -61,6 +61,10 @@ impl GpuBackend {
                     .unwrap_or_else(|| vec![0.0; n]);
                 self.gpu.write(t, off, &stale).map_err(berr(step))
             }
+            InjectionKind::DeviceLost => {
+                self.gpu.lose_device(&format!("injected at {name}"));
+                Ok(())
+            }
             InjectionKind::WindowOffByOne | InjectionKind::RopeSign => Ok(()),
         }
     }

@@ -139,6 +139,12 @@ impl GpuBackend {
         &self.gpu.ctx.adapter
     }
 
+    /// Why the device was lost, once it has been (every later step fails with
+    /// [`GpuError::DeviceLost`]).
+    pub fn device_lost(&self) -> Option<String> {
+        self.gpu.ctx.health.lost()
+    }
+
     /// Kernel dispatches so far.
     pub fn dispatch_count(&self) -> u64 {
         self.gpu.dispatch_count
