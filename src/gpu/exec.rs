@@ -4,6 +4,7 @@
 //! carried as exact f32 integers (|v| < 2^24, checked where they are made).
 
 use super::context::GpuContext;
+use super::shaders::ShaderSet;
 use super::{guard, GpuError};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,24 +42,12 @@ pub const FAMILIES: &[&Family] = &[
     &super::moe::FAMILY,
 ];
 
-/// Parse and validate a family (with the common prelude) through naga, without a GPU; returns
-/// the number of entry points, after checking each declared one exists.
+/// Parse, validate and interface-check an embedded family (with the common prelude) through
+/// naga, without a GPU; returns the number of entry points.
 pub fn validate_family(fam: &Family) -> Result<usize, String> {
-    let full = format!("{}\n{}", super::COMMON_WGSL, fam.source);
-    let module = wgpu::naga::front::wgsl::parse_str(&full)
-        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
-    let mut v = wgpu::naga::valid::Validator::new(
-        wgpu::naga::valid::ValidationFlags::all(),
-        wgpu::naga::valid::Capabilities::default(),
-    );
-    v.validate(&module)
-        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
-    for entry in fam.entries {
-        if !module.entry_points.iter().any(|e| e.name == *entry) {
-            return Err(format!("{}: entry `{entry}` missing", fam.name));
-        }
-    }
-    Ok(module.entry_points.len())
+    super::shaders::ShaderSet::embedded()
+        .validate_family(fam)
+        .map_err(|e| e.rendered())
 }
 
 /// A device tensor of `len` f32 values.
@@ -110,6 +99,8 @@ pub struct Pending {
 /// The executor over one context.
 pub struct Gpu {
     pub ctx: GpuContext,
+    /// The WGSL every pipeline is compiled from (embedded, or `--shaders DIR`).
+    shaders: Arc<ShaderSet>,
     layouts: HashMap<&'static str, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     modules: HashMap<&'static str, wgpu::ShaderModule>,
     pipelines: HashMap<(&'static str, &'static str), wgpu::ComputePipeline>,
@@ -147,11 +138,18 @@ pub fn flat_groups(n: usize) -> (u32, u32) {
 }
 
 impl Gpu {
-    /// An executor on `ctx`.
+    /// An executor on `ctx` with the embedded shaders.
     pub fn new(ctx: GpuContext) -> Gpu {
+        Gpu::with_shaders(ctx, Arc::new(ShaderSet::embedded()))
+    }
+
+    /// An executor on `ctx` compiling its pipelines from `shaders` (validated by the caller:
+    /// [`ShaderSet::from_dir`] validates).
+    pub fn with_shaders(ctx: GpuContext, shaders: Arc<ShaderSet>) -> Gpu {
         let max_chunk_bytes = ctx.max_binding_bytes();
         Gpu {
             max_chunk_bytes,
+            shaders,
             ctx,
             layouts: HashMap::new(),
             modules: HashMap::new(),
@@ -160,6 +158,23 @@ impl Gpu {
             pending_dispatches: 0,
             dispatch_count: 0,
         }
+    }
+
+    /// The shader set the pipelines come from.
+    pub fn shaders(&self) -> &Arc<ShaderSet> {
+        &self.shaders
+    }
+
+    /// Switch to `shaders`, dropping the modules and pipelines of the families whose source
+    /// changed (the others are kept); returns those families.
+    pub fn set_shaders(&mut self, shaders: Arc<ShaderSet>) -> Vec<&'static str> {
+        let changed = shaders.changed_families(&self.shaders);
+        for fam in &changed {
+            self.modules.remove(fam);
+            self.pipelines.retain(|(f, _), _| f != fam);
+        }
+        self.shaders = shaders;
+        changed
     }
 
     fn check_size(&self, what: &str, n: usize) -> Result<u64, GpuError> {
@@ -325,14 +340,25 @@ impl Gpu {
         }
         self.family_layout(fam);
         let device = self.ctx.device.clone();
-        let module = self.modules.entry(fam.name).or_insert_with(|| {
-            let src = format!("{}\n{}", super::COMMON_WGSL, fam.source);
-            device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(fam.name),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            })
-        });
-        let module = module.clone();
+        let module = match self.modules.get(fam.name) {
+            Some(m) => m.clone(),
+            None => {
+                let src = self
+                    .shaders
+                    .full_source(fam.name)
+                    .ok_or_else(|| guard(fam.name, "no such family in the shader set"))?;
+                let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+                let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(fam.name),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                });
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    return Err(GpuError::Wgpu(format!("{}: {e}", fam.name)));
+                }
+                self.modules.insert(fam.name, m.clone());
+                m
+            }
+        };
         let (_, pl) = &self.layouts[fam.name];
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -16,6 +16,7 @@ pub mod moe;
 pub mod quant;
 pub mod rope;
 pub mod rows;
+pub mod shaders;
 
 pub use backend::{GpuBackend, GpuOptions};
 pub use context::{
@@ -24,6 +25,7 @@ pub use context::{
 };
 pub use exec::{Gpu, Tensor, WeightTensor};
 pub use inject::{Injection, InjectionKind};
+pub use shaders::{ShaderError, ShaderOrigin, ShaderSet};
 
 /// Helpers every kernel family is compiled with (bf16 rounding, exact-product pair sums).
 pub const COMMON_WGSL: &str = include_str!("../../shaders/common.wgsl");

@@ -9,6 +9,7 @@
 
 use super::exec::{Gpu, Tensor, WeightTensor};
 use super::inject::Injection;
+use super::shaders::ShaderSet;
 use super::{GpuContext, GpuError};
 use crate::model::rope::{RopeTable, RopeTables};
 use crate::model::{
@@ -137,6 +138,18 @@ impl GpuBackend {
     /// The adapter this backend runs on.
     pub fn adapter(&self) -> &super::AdapterSummary {
         &self.gpu.ctx.adapter
+    }
+
+    /// Compile the kernels from `shaders` from now on (`--shaders DIR`, a live reload): the
+    /// pipelines of the families whose source changed are rebuilt on next use, the rest kept.
+    /// Returns the changed families. Persistent state is untouched; the caller reruns.
+    pub fn set_shaders(&mut self, shaders: Arc<ShaderSet>) -> Vec<&'static str> {
+        self.gpu.set_shaders(shaders)
+    }
+
+    /// The shader set the kernels are compiled from.
+    pub fn shaders(&self) -> &Arc<ShaderSet> {
+        self.gpu.shaders()
     }
 
     /// Why the device was lost, once it has been (every later step fails with
