@@ -5,6 +5,7 @@
 #![cfg(feature = "gpu")]
 
 use golden_lens::golden::Golden;
+use golden_lens::gpu::profile::TimingSource;
 use golden_lens::gpu::{
     test_context, AdapterChoice, GpuBackend, GpuContext, GpuError, GpuOptions, Injection,
 };
@@ -26,6 +27,16 @@ fn backend(ctx: GpuContext, g: &Golden, opts: GpuOptions) -> GpuBackend {
     let (cfg, tables) = session::model_of(g).expect("config");
     let weights: Arc<dyn WeightSource> = Arc::new(FillerSource::new("tiny", &g.weights_meta));
     GpuBackend::new(ctx, cfg, weights, tables, opts).expect("gpu backend")
+}
+
+/// Begin the golden's first regime on `gpu`.
+fn begin_first_regime(gpu: &mut GpuBackend, g: &Golden) {
+    let (_, ids, sp) = session::regime_inputs(g)
+        .expect("regimes")
+        .into_iter()
+        .next()
+        .expect("one regime");
+    gpu.begin(&ids, sp).expect("begin");
 }
 
 #[test]
@@ -91,12 +102,7 @@ fn a_lost_device_ends_the_run_with_a_typed_error_and_no_panic() {
             ..Default::default()
         },
     );
-    let (_, ids, sp) = session::regime_inputs(&g)
-        .expect("regimes")
-        .into_iter()
-        .next()
-        .expect("one regime");
-    gpu.begin(&ids, sp).expect("begin");
+    begin_first_regime(&mut gpu, &g);
     let mut sink = Vec::new();
     let mut failed_at = None;
     for step in gpu.steps() {
@@ -125,4 +131,49 @@ fn a_lost_device_ends_the_run_with_a_typed_error_and_no_panic() {
     // Every later step fails the same way, still without a panic.
     let again = gpu.run(Step::Final, &mut sink).expect_err("still lost");
     assert!(again.to_string().contains("was lost"), "{again}");
+}
+
+#[test]
+fn profiling_times_every_dispatch_and_files_it_under_its_step() {
+    for source in [TimingSource::GpuTimestamps, TimingSource::CpuWallClock] {
+        profile_one_regime(source);
+    }
+}
+
+fn profile_one_regime(source: TimingSource) {
+    let Some(ctx) = test_context("profile") else {
+        return;
+    };
+    let timestamps = ctx.adapter.limits.timestamps;
+    let g = golden();
+    let mut gpu = backend(ctx, &g, GpuOptions::default());
+    gpu.start_profiling_with(source);
+    begin_first_regime(&mut gpu, &g);
+    let mut sink = Vec::new();
+    let steps = gpu.steps();
+    for &step in &steps {
+        gpu.run(step, &mut sink).expect("step");
+    }
+    let p = gpu.profile().expect("profiling");
+    eprintln!("timing: {}", p.source);
+    let want = if timestamps {
+        source
+    } else {
+        TimingSource::CpuWallClock
+    };
+    assert_eq!(p.source, want);
+    assert_eq!(p.dispatches.len() as u64, gpu.dispatch_count());
+    assert!(p.total().seconds > 0.0);
+    let kernels = p.by_kernel();
+    assert!(kernels
+        .iter()
+        .any(|(k, t)| k.starts_with("gemm::") && t.flops > 0));
+    // Every step that dispatched is listed, in run order.
+    let by_step: Vec<String> = p.by_step().into_iter().map(|(s, _)| s).collect();
+    let ran: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
+    assert!(by_step.iter().all(|s| ran.contains(s)), "{by_step:?}");
+    assert!(
+        by_step.iter().any(|s| s.starts_with("Block")),
+        "{by_step:?}"
+    );
 }

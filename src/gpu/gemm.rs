@@ -12,12 +12,15 @@
 //! forces one (tests, `examples/gemm_speed.rs`).
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor, WeightTensor, MAX_GROUPS};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// Rows of y per `gemm_tiled` workgroup (`TILE_M` in the shader).
 pub const TILE_M: usize = 16;
 /// Columns of y per `gemm_tiled` workgroup (`TILE_N` in the shader).
 pub const TILE_N: usize = 64;
+/// `gemm_tiled`'s `@workgroup_size(16, 4)`: thread (tx, ty) owns rows ty + 4a, columns tx + 16b.
+pub const TILED_THREADS: (usize, usize) = (16, 4);
 /// Rows of y per `gemm_rows4` thread.
 pub const ROWS4: usize = 4;
 /// Workgroup memory `gemm_tiled` stages: x and w slabs of `TILE_K = 16` rows, as high and low
@@ -79,6 +82,31 @@ impl GemmKernel {
             (GemmKernel::Rows4, false) => "gemm_rows4_bw",
             (GemmKernel::Tiled, true) => "gemm_tiled",
             (GemmKernel::Tiled, false) => "gemm_tiled_bw",
+        }
+    }
+
+    /// Which invocation writes which element of y (columns `[y_off, y_off + n)` of `m` rows of
+    /// stride `ldy`), from each kernel's own indexing.
+    fn write_map(self, y_off: usize, ldy: usize, n: usize, m: usize) -> WriteMap {
+        match self {
+            GemmKernel::PerOutput | GemmKernel::Rows4 => WriteMap::Grid {
+                offset: y_off,
+                ld: ldy,
+                width: n,
+                rows: m,
+                cols_per_thread: 1,
+                rows_per_thread: if self == GemmKernel::Rows4 { ROWS4 } else { 1 },
+            },
+            GemmKernel::Tiled => WriteMap::Tiled {
+                offset: y_off,
+                ld: ldy,
+                width: n,
+                rows: m,
+                tile_m: TILE_M,
+                tile_n: TILE_N,
+                threads_x: TILED_THREADS.0,
+                threads_y: TILED_THREADS.1,
+            },
         }
     }
 
@@ -240,12 +268,16 @@ pub fn gemm_into_using(
             zero: 0,
             _pad: [0; 2],
         };
-        gpu.dispatch(
+        let map = kernel.write_map(y_off + (lo - w_row0), ldy, hi - lo, xv.m);
+        let flops = 2 * (xv.m * xv.k * (hi - lo)) as u64;
+        gpu.dispatch_counted(
             &FAMILY,
             kernel.entry(w.low_halves),
-            bytemuck::bytes_of(&p),
+            &p,
             &[x, chunk, y],
             kernel.groups(xv.m, hi - lo)?,
+            map,
+            flops,
         )?;
     }
     Ok(())

@@ -13,6 +13,8 @@ pub mod gemm;
 pub mod hc;
 pub mod inject;
 pub mod moe;
+pub mod profile;
+pub mod provenance;
 pub mod quant;
 pub mod rope;
 pub mod rows;

@@ -120,6 +120,16 @@ impl ShaderError {
     }
 }
 
+/// Where an entry point is and how wide its workgroups are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryInfo {
+    pub entry: String,
+    pub workgroup_size: [u32; 3],
+    /// The file's display name ([`ShaderFile::display_name`]).
+    pub file: String,
+    pub line: Option<usize>,
+}
+
 /// The interface of one family as naga sees it, for the checks against the embedded one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Interface {
@@ -251,6 +261,26 @@ impl ShaderSet {
             .filter(|f| common_changed || other.file(f.family).is_none_or(|o| o.text != f.text))
             .map(|f| f.family)
             .collect()
+    }
+
+    /// `(entry, workgroup size, line of the entry point)` of every entry point of `family`, as
+    /// this set's WGSL declares them (for provenance).
+    pub fn entry_infos(&self, family: &str) -> Result<Vec<EntryInfo>, ShaderError> {
+        let file = self.file(family).ok_or_else(|| ShaderError::Interface {
+            file: format!("{family}.wgsl"),
+            message: "no such kernel family in the set".into(),
+        })?;
+        let module = self.module(file)?;
+        Ok(module
+            .entry_points
+            .iter()
+            .map(|e| EntryInfo {
+                entry: e.name.clone(),
+                workgroup_size: e.workgroup_size,
+                file: file.display_name(),
+                line: file.entry_line(&e.name),
+            })
+            .collect())
     }
 
     /// Parse, validate and interface-check every family; the first error wins.
