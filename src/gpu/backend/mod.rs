@@ -9,6 +9,9 @@
 
 use super::exec::{Gpu, Tensor, WeightTensor};
 use super::inject::Injection;
+use super::profile::{Profile, TimingSource};
+use super::provenance::CaptureProvenance;
+use super::shaders::ShaderSet;
 use super::{GpuContext, GpuError};
 use crate::model::rope::{RopeTable, RopeTables};
 use crate::model::{
@@ -83,6 +86,8 @@ pub struct GpuBackend {
     current: HashMap<String, Vec<f32>>,
     /// Selections forced for the current forward (counterfactual pinning).
     pins: Pins,
+    /// The dispatches behind each capture of the current forward (kernel provenance).
+    provenance: HashMap<String, CaptureProvenance>,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
     /// Blocks a forward runs (`--layers A-B`); `None` runs every block.
@@ -150,6 +155,7 @@ impl GpuBackend {
             previous: HashMap::new(),
             current: HashMap::new(),
             pins: Pins::default(),
+            provenance: HashMap::new(),
             run_seconds: 0.0,
             layer_range: None,
             head_chunk_bytes: crate::model::weights::ROW_CHUNK_BYTES,
@@ -175,6 +181,45 @@ impl GpuBackend {
     /// The adapter this backend runs on.
     pub fn adapter(&self) -> &super::AdapterSummary {
         &self.gpu.ctx.adapter
+    }
+
+    /// Compile the kernels from `shaders` from now on (`--shaders DIR`, a live reload): the
+    /// pipelines of the families whose source changed are rebuilt on next use, the rest kept.
+    /// Returns the changed families. Persistent state is untouched; the caller reruns.
+    pub fn set_shaders(&mut self, shaders: Arc<ShaderSet>) -> Vec<&'static str> {
+        self.gpu.set_shaders(shaders)
+    }
+
+    /// The shader set the kernels are compiled from.
+    pub fn shaders(&self) -> &Arc<ShaderSet> {
+        self.gpu.shaders()
+    }
+
+    /// The dispatches that produced capture `name` of the current forward, and for each of its
+    /// elements the kernel, workgroup and invocation that wrote it.
+    pub fn provenance(&self, name: &str) -> Option<&CaptureProvenance> {
+        self.provenance.get(name)
+    }
+
+    /// Time every dispatch from now on (`check --profile`).
+    pub fn start_profiling(&mut self) {
+        self.gpu.start_profiling();
+    }
+
+    /// [`GpuBackend::start_profiling`] preferring `source` (the wall clock on request).
+    pub fn start_profiling_with(&mut self, source: TimingSource) {
+        self.gpu.start_profiling_with(source);
+    }
+
+    /// The per-dispatch times so far, when profiling.
+    pub fn profile(&mut self) -> Option<Profile> {
+        self.gpu.profile()
+    }
+
+    /// Why the device was lost, once it has been (every later step fails with
+    /// [`GpuError::DeviceLost`]).
+    pub fn device_lost(&self) -> Option<String> {
+        self.gpu.ctx.health.lost()
     }
 
     /// Kernel dispatches so far.
@@ -205,6 +250,8 @@ impl Backend for GpuBackend {
         }
         self.ids = ids.to_vec();
         self.sp = start_pos;
+        self.provenance.clear();
+        self.gpu.clear_provenance();
         self.hashes.clear();
         self.h = None;
         self.pre_mix = None;
@@ -224,6 +271,7 @@ impl Backend for GpuBackend {
         }
         let t0 = std::time::Instant::now();
         self.slots.clear();
+        self.gpu.set_profile_step(&step.to_string());
         let r = match step {
             Step::EngramHash => self.step_engram_hash(step),
             Step::Embed => self.step_embed(step),
