@@ -22,8 +22,16 @@ use golden_lens::oracle::gemm::{best_path, gemm, kernel_path_note, WeightRows};
 use rayon::prelude::*;
 use serde_json::json;
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod gguf_py;
+mod shapes;
+
+use gguf_py::{find_python, gguf_py_side};
+use shapes::{
+    Weights, ATTN_SHAPES, DEQUANT_TYPES, EXPERT_SHAPES, EXPERT_TYPES, F32_SHAPES, TOKEN_COUNTS,
+};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct BenchArgs {
@@ -65,130 +73,6 @@ const GGUF_PY_VALUES: usize = 8 << 20;
 const GGUF_PY_VERIFY_VALUES: usize = 1 << 16;
 /// Buffer of the bandwidth measurements (far above any cache a VM exposes).
 const BANDWIDTH_BYTES: usize = 512 << 20;
-
-/// What a GEMM's weights are.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Weights {
-    /// f32 values in memory (the filler path, f32 parameters).
-    F32,
-    /// A file's blocks of this type (bf16 parameters, quantized experts).
-    Stored(GgmlType),
-}
-
-impl Weights {
-    fn name(self) -> String {
-        match self {
-            Weights::F32 => "f32".into(),
-            Weights::Stored(t) => t.name(),
-        }
-    }
-
-    /// Bytes of an `n × k` weight.
-    fn bytes(self, n: usize, k: usize) -> usize {
-        match self {
-            Weights::F32 => n * k * 4,
-            Weights::Stored(t) => {
-                let (bv, bb, _) = block_decoder(t).expect("benchmarked types decode");
-                n * k / bv * bb
-            }
-        }
-    }
-}
-
-/// One real-dims GEMM of the oracle: `[m, k] × [n, k]^T`.
-struct Shape {
-    what: &'static str,
-    n: usize,
-    k: usize,
-}
-
-/// The dense projections of a V4.1-Flash block at real dims (dim 5120, 64 heads of 512, q rank
-/// 1280, o rank 1024 in 8 groups, indexer 32 heads of 128).
-const ATTN_SHAPES: [Shape; 6] = [
-    Shape {
-        what: "attn.wq_a",
-        n: 1280,
-        k: 5120,
-    },
-    Shape {
-        what: "attn.wq_b",
-        n: 32768,
-        k: 1280,
-    },
-    Shape {
-        what: "attn.wkv",
-        n: 512,
-        k: 5120,
-    },
-    Shape {
-        what: "attn.wo_a (group)",
-        n: 1024,
-        k: 4096,
-    },
-    Shape {
-        what: "attn.wo_b",
-        n: 5120,
-        k: 8192,
-    },
-    Shape {
-        what: "indexer.wq_b",
-        n: 4096,
-        k: 1280,
-    },
-];
-/// f32 parameters: the ratio-r compressor and the router gate (upcast bf16).
-const F32_SHAPES: [Shape; 2] = [
-    Shape {
-        what: "compressor.wkv",
-        n: 512,
-        k: 5120,
-    },
-    Shape {
-        what: "ffn.gate",
-        n: 384,
-        k: 5120,
-    },
-];
-/// An expert's up and down projections (inter 2304).
-const EXPERT_SHAPES: [Shape; 2] = [
-    Shape {
-        what: "expert.w1/w3",
-        n: 2304,
-        k: 5120,
-    },
-    Shape {
-        what: "expert.w2",
-        n: 5120,
-        k: 2304,
-    },
-];
-/// The expert types the antirez layouts and llama.cpp quantizations use.
-const EXPERT_TYPES: [GgmlType; 6] = [
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Iq2Xxs,
-    GgmlType::Mxfp4,
-    GgmlType::Q8_0,
-];
-/// Every decodable type, for the dequantization table.
-const DEQUANT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::I8,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::Iq2Xxs,
-    GgmlType::Mxfp4,
-];
-/// Token counts: decode, a 16-token prefill, the largest prefill chunk.
-const TOKEN_COUNTS: [usize; 3] = [1, 16, 64];
 
 /// The machine's measured limits.
 struct Limits {
@@ -380,111 +264,6 @@ fn dequant_row(
         },
         blocks,
     ))
-}
-
-/// A folder under the system temporary directory, removed when dropped.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn new() -> anyhow::Result<ScratchDir> {
-        let p = std::env::temp_dir().join(format!("golden-lens-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(ScratchDir(p))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The python to run gguf-py with, if any.
-fn find_python(arg: &Option<PathBuf>) -> Option<PathBuf> {
-    if let Some(p) = arg {
-        return Some(p.clone());
-    }
-    if let Some(p) = std::env::var_os("GOLDEN_LENS_PY") {
-        return Some(PathBuf::from(p));
-    }
-    let venv = Path::new(".venv/bin/python");
-    venv.exists().then(|| venv.to_path_buf())
-}
-
-/// Runs gguf-py on the first values of each type's blocks; fills in its GB/s and whether its
-/// values equal ours bit for bit.
-fn gguf_py_side(
-    python: &Path,
-    rows: &mut [DequantRow],
-    blocks: &[Vec<u8>],
-    values: usize,
-) -> anyhow::Result<()> {
-    let dir = ScratchDir::new()?;
-    let mut manifest = Vec::new();
-    for (row, b) in rows.iter().zip(blocks) {
-        if matches!(row.ty, GgmlType::F32 | GgmlType::I8) {
-            continue; // gguf-py has no decoder for these (F32 is a view, I8 unsupported)
-        }
-        let (bv, bb, _) = block_decoder(row.ty).context("decodable type")?;
-        let n = values.min(b.len() / bb * bv);
-        let path = dir.path().join(format!("{}.bin", row.ty.name()));
-        std::fs::write(&path, &b[..n / bv * bb])
-            .with_context(|| format!("writing {}", path.display()))?;
-        manifest.push(json!({
-            "type": row.ty.name(),
-            "path": path,
-            "values": n,
-            "verify_values": GGUF_PY_VERIFY_VALUES.min(n),
-            "verify_path": dir.path().join(format!("{}.f32", row.ty.name())),
-        }));
-    }
-    let manifest_path = dir.path().join("manifest.json");
-    std::fs::write(&manifest_path, serde_json::to_vec(&manifest)?)?;
-    let out_path = dir.path().join("out.json");
-    let script = dir.path().join("gguf_py_dequant.py");
-    std::fs::write(&script, include_str!("../../benches/gguf_py_dequant.py"))?;
-    let o = std::process::Command::new(python)
-        .arg(&script)
-        .arg(&manifest_path)
-        .arg(&out_path)
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    if !o.status.success() {
-        bail!(
-            "{} {}: {}",
-            python.display(),
-            script.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path)?)?;
-    for (row, b) in rows.iter_mut().zip(blocks) {
-        let Some(r) = results.get(row.ty.name()) else {
-            continue;
-        };
-        let (Some(s), Some(n)) = (r["seconds"].as_f64(), r["values"].as_u64()) else {
-            bail!(
-                "gguf-py result for {} lacks seconds/values: {r}",
-                row.ty.name()
-            );
-        };
-        row.gguf_py_gbs = Some(n as f64 * 4.0 / s / 1e9);
-        let theirs = std::fs::read(dir.path().join(format!("{}.f32", row.ty.name())))?;
-        let (bv, bb, fast) = block_decoder(row.ty).context("decodable type")?;
-        let nv = theirs.len() / 4;
-        let mut ours = vec![0f32; nv.div_ceil(bv) * bv];
-        fast(&b[..ours.len() / bv * bb], &mut ours);
-        let same = theirs
-            .chunks_exact(4)
-            .zip(&ours)
-            .all(|(t, o)| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == o.to_bits());
-        row.gguf_py_bit_exact = Some(same);
-    }
-    Ok(())
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
