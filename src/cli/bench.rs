@@ -104,7 +104,14 @@ struct DequantRow {
     baseline_simd_gbs: f64,
     of_memcpy: f64,
     gguf_py_gbs: Option<f64>,
+    /// Ours, one thread, on exactly the blocks gguf-py decoded (the ratio's numerator).
+    same_blocks_gbs: Option<f64>,
     gguf_py_bit_exact: Option<bool>,
+}
+
+/// Our one-thread throughput over gguf-py's, both on the blocks gguf-py decoded.
+fn vs_gguf_py(r: &DequantRow) -> Option<f64> {
+    Some(r.same_blocks_gbs? / r.gguf_py_gbs?)
 }
 
 /// bf16-representable inputs of mixed sign.
@@ -260,6 +267,7 @@ fn dequant_row(
             baseline_simd_gbs: gbs(baseline),
             of_memcpy: gbs(all) / limits.bw.memcpy_gbs,
             gguf_py_gbs: None,
+            same_blocks_gbs: None,
             gguf_py_bit_exact: None,
         },
         blocks,
@@ -373,7 +381,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let values = if args.quick { 1 << 20 } else { DEQUANT_VALUES };
     let types: &[GgmlType] = if args.gemm_only { &[] } else { &DEQUANT_TYPES };
     println!();
-    println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder)", values, simd_level().name());
+    println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder; 'same blk' is ours on one thread over exactly the blocks gguf-py decoded, and 'x gguf-py' its ratio)", values, simd_level().name());
     let mut dq_rows = Vec::new();
     let mut dq_blocks = Vec::new();
     for &ty in types {
@@ -387,7 +395,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         find_python(&args.python)
     };
     let py_note = match &python {
-        Some(p) => match gguf_py_side(p, &mut dq_rows, &dq_blocks, GGUF_PY_VALUES.min(values)) {
+        Some(p) => match gguf_py_side(
+            p,
+            &mut dq_rows,
+            &dq_blocks,
+            GGUF_PY_VALUES.min(values),
+            reps,
+        ) {
             Ok(()) => format!("gguf-py: {} (numpy, one thread)", p.display()),
             Err(e) => format!("gguf-py skipped: {e:#}"),
         },
@@ -395,7 +409,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     println!("{py_note}");
     println!(
-        "{:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>6}",
+        "{:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6}",
         "type",
         "GB/s",
         "memcpy",
@@ -403,22 +417,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "baseline",
         "ref",
         "x ref",
+        "same blk",
         "gguf-py",
         "x gguf-py",
         "bits"
     );
     for r in &dq_rows {
         let py = r.gguf_py_gbs.map_or("-".to_string(), |g| format!("{g:.3}"));
-        let ratio = r
-            .gguf_py_gbs
-            .map_or("-".to_string(), |g| format!("{:.1}", r.one_thread_gbs / g));
+        let same = r
+            .same_blocks_gbs
+            .map_or("-".to_string(), |g| format!("{g:.2}"));
+        let ratio = vs_gguf_py(r).map_or("-".to_string(), |x| format!("{x:.1}"));
         let bits = match r.gguf_py_bit_exact {
             Some(true) => "equal",
             Some(false) => "DIFFER",
             None => "-",
         };
         println!(
-            "{:<8} {:>9.2} {:>7.0}% {:>9.2} {:>9.2} {:>9.2} {:>7.1} {:>9} {:>9} {:>6}",
+            "{:<8} {:>9.2} {:>7.0}% {:>9.2} {:>9.2} {:>9.2} {:>7.1} {:>9} {:>9} {:>9} {:>6}",
             r.ty.name(),
             r.gbs,
             100.0 * r.of_memcpy,
@@ -426,6 +442,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             r.baseline_simd_gbs,
             r.reference_gbs,
             r.one_thread_gbs / r.reference_gbs,
+            same,
             py,
             ratio,
             bits
@@ -449,7 +466,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .fold(f64::INFINITY, f64::min);
     let vs_py = dq_rows
         .iter()
-        .filter_map(|r| r.gguf_py_gbs.map(|g| r.one_thread_gbs / g))
+        .filter_map(vs_gguf_py)
         .fold(f64::INFINITY, f64::min);
     if let Some(path) = &args.json {
         let v = json!({
@@ -467,7 +484,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "type": r.ty.name(), "gbs": r.gbs, "one_thread_gbs": r.one_thread_gbs,
                 "baseline_simd_gbs": r.baseline_simd_gbs, "reference_gbs": r.reference_gbs,
                 "of_memcpy": r.of_memcpy, "gguf_py_gbs": r.gguf_py_gbs,
-                "gguf_py_bit_exact": r.gguf_py_bit_exact,
+                "gguf_py_bit_exact": r.gguf_py_bit_exact, "same_blocks_gbs": r.same_blocks_gbs,
             })).collect::<Vec<_>>(),
             "gguf_py": py_note,
         });

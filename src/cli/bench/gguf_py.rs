@@ -5,6 +5,7 @@ use super::{DequantRow, GGUF_PY_VERIFY_VALUES};
 use anyhow::{bail, Context};
 use golden_lens::gguf::quant::block_decoder;
 use golden_lens::gguf::GgmlType;
+use golden_lens::oracle::gemm::roofline::best_compute_seconds;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -41,13 +42,14 @@ pub(super) fn find_python(arg: &Option<PathBuf>) -> Option<PathBuf> {
     venv.exists().then(|| venv.to_path_buf())
 }
 
-/// Runs gguf-py on the first values of each type's blocks; fills in its GB/s and whether its
-/// values equal ours bit for bit.
+/// Runs gguf-py on the first values of each type's blocks; fills in its GB/s, ours on one thread
+/// over the same blocks (best of `reps`), and whether its values equal ours bit for bit.
 pub(super) fn gguf_py_side(
     python: &Path,
     rows: &mut [DequantRow],
     blocks: &[Vec<u8>],
     values: usize,
+    reps: usize,
 ) -> anyhow::Result<()> {
     let dir = ScratchDir::new()?;
     let mut manifest = Vec::new();
@@ -99,8 +101,19 @@ pub(super) fn gguf_py_side(
             );
         };
         row.gguf_py_gbs = Some(n as f64 * 4.0 / s / 1e9);
-        let theirs = std::fs::read(dir.path().join(format!("{}.f32", row.ty.name())))?;
+        // Ours on exactly the blocks gguf-py decoded, on one thread as numpy runs.
         let (bv, bb, fast) = block_decoder(row.ty).context("decodable type")?;
+        let n = usize::try_from(n)?;
+        if n % bv != 0 || n / bv * bb > b.len() {
+            bail!(
+                "gguf-py decoded {n} values of {}, not whole blocks of ours",
+                row.ty.name()
+            );
+        }
+        let mut out = vec![0f32; n];
+        let ours_s = best_compute_seconds(reps, 1, |_| fast(&b[..n / bv * bb], &mut out));
+        row.same_blocks_gbs = Some(n as f64 * 4.0 / ours_s / 1e9);
+        let theirs = std::fs::read(dir.path().join(format!("{}.f32", row.ty.name())))?;
         let nv = theirs.len() / 4;
         let mut ours = vec![0f32; nv.div_ceil(bv) * bv];
         fast(&b[..ours.len() / bv * bb], &mut ours);
