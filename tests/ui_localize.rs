@@ -267,6 +267,11 @@ fn triage_of_a_lowest_index_tie_rule_shows_only_tie_flips() {
     h.get_by_label("decode12/L5.sa_topk_idxs").click();
     h.run_steps(3);
     h.get_by_label("Selected: decode12/L5.sa_topk_idxs");
+    // The window mask (its family's view) names the triage; the top-k view lists every row.
+    h.get_by_label_contains("Top-k triage, cpu-test vs cpu: rows differing");
+    h.get_by_role_and_label(eframe::egui::Role::Tab, "Top-k agreement")
+        .click();
+    h.run_steps(3);
     h.get_by_label(&format!(
         "Top-k triage, cpu-test vs cpu: rows differing {0} of {1}; tie flip {0}, near tie 0, real 0",
         d12.rows_differing, d12.rows
