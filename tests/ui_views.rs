@@ -322,6 +322,7 @@ fn fake(order: usize, regime: &str, name: &str, pass: bool, ratio: f64) -> Captu
             backend: "cpu".into(),
             values: Arc::new(CaptureValues::F32(vec![0.0])),
             vs_golden: Some(cmp(pass, ratio)),
+            triage: None,
             budget: None,
             violations: Vec::new(),
         }],
@@ -435,8 +436,14 @@ fn the_list_bar_is_logarithmic_around_the_pass_bar() {
     assert_eq!(capture_list::bar_fraction(0.0), None);
     assert_eq!(f(f64::INFINITY), 1.0);
     // Chips carry text, and black or white text by the chip's luminance.
-    let (bg, text) = capture_list::chip(Some(&cmp(false, 3.0)), &DARK);
-    assert_eq!(text, "FAIL");
+    let state = capture_list::ChipState::of(Some(&cmp(false, 3.0)), false);
+    assert_eq!(state.short(), "FAIL");
+    let bg = state.color(&DARK);
+    // A disagreement the test backend's tie rule explains is reported, not failed.
+    assert_eq!(
+        capture_list::ChipState::of(Some(&cmp(false, 3.0)), true).word(),
+        "tie flip"
+    );
     assert!(theme::contrast_ratio(theme::text_on(bg), bg) >= theme::MIN_TEXT_CONTRAST);
 }
 

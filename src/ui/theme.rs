@@ -87,6 +87,7 @@ pub struct Palette {
     pub chip_exact_bg: Color32,
     pub chip_pass_bg: Color32,
     pub chip_fail_bg: Color32,
+    pub chip_warn_bg: Color32,
     pub chip_none_bg: Color32,
     /// Banners: background and text.
     pub error_bg: Color32,
@@ -142,6 +143,7 @@ pub const DARK: Palette = Palette {
     chip_exact_bg: Color32::from_rgb(0x2f, 0x9e, 0x44),
     chip_pass_bg: Color32::from_rgb(0x8c, 0xd1, 0x8f),
     chip_fail_bg: Color32::from_rgb(0xe0, 0x3e, 0x36),
+    chip_warn_bg: Color32::from_rgb(0xe3, 0xb3, 0x41),
     chip_none_bg: Color32::from_rgb(0x5c, 0x63, 0x6e),
     error_bg: Color32::from_rgb(0x4a, 0x1c, 0x1c),
     error_text: Color32::from_rgb(0xff, 0xb4, 0xae),
@@ -195,6 +197,7 @@ pub const LIGHT: Palette = Palette {
     chip_exact_bg: Color32::from_rgb(0x1a, 0x7f, 0x37),
     chip_pass_bg: Color32::from_rgb(0xa6, 0xe3, 0xae),
     chip_fail_bg: Color32::from_rgb(0xcf, 0x22, 0x2e),
+    chip_warn_bg: Color32::from_rgb(0xf2, 0xc9, 0x4c),
     chip_none_bg: Color32::from_rgb(0xc8, 0xce, 0xd6),
     error_bg: Color32::from_rgb(0xff, 0xe3, 0xe0),
     error_text: Color32::from_rgb(0x8e, 0x15, 0x19),
@@ -270,11 +273,12 @@ impl Palette {
     }
 
     /// The chip backgrounds (each carries black or white text, by [`text_on`]).
-    pub fn chip_backgrounds(&self) -> [Color32; 4] {
+    pub fn chip_backgrounds(&self) -> [Color32; 5] {
         [
             self.chip_exact_bg,
             self.chip_pass_bg,
             self.chip_fail_bg,
+            self.chip_warn_bg,
             self.chip_none_bg,
         ]
     }

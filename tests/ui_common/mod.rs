@@ -220,6 +220,7 @@ fn result(
         backend: name.into(),
         values: std::sync::Arc::new(v),
         vs_golden: None,
+        triage: None,
         budget: None,
         violations: Vec::new(),
     };
@@ -237,6 +238,7 @@ fn result(
             reference: "cpu".into(),
             cmp,
             triage: None,
+            tie_flip: false,
         }],
     }
 }

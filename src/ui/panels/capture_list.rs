@@ -179,22 +179,11 @@ pub fn visible_captures(
 
 /// The short verdicts of every comparison: `cpu vs golden: pass`, ...
 pub fn verdicts(r: &CaptureResult) -> String {
-    r.comparisons()
+    pair_states(r)
         .iter()
-        .map(|(name, c)| format!("{name}: {}", verdict_word(c)))
+        .map(|(name, s, _)| format!("{name}: {}", s.word()))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `exact`, `pass` or `FAIL`.
-pub fn verdict_word(c: &Comparison) -> &'static str {
-    if !c.pass {
-        "FAIL"
-    } else if c.bit_exact {
-        "exact"
-    } else {
-        "pass"
-    }
 }
 
 /// The top-k triage counts of an index capture, compact (`top-k Δ1/12: 1 tie flip, 0 near
@@ -259,14 +248,82 @@ pub fn short_shape(shape: &[usize]) -> String {
         .join("×")
 }
 
-/// The chip of one comparison: its colour and text.
-pub fn chip(c: Option<&Comparison>, p: &Palette) -> (egui::Color32, &'static str) {
-    match c {
-        None => (p.chip_none_bg, "—"),
-        Some(c) if !c.pass => (p.chip_fail_bg, "FAIL"),
-        Some(c) if c.bit_exact => (p.chip_exact_bg, "exact"),
-        Some(_) => (p.chip_pass_bg, "pass"),
+/// What a chip says about one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChipState {
+    /// Bit-exact.
+    Exact,
+    /// Within the policy.
+    Pass,
+    /// Outside the policy, but the test backend's own top-k tie rule explains it (reported,
+    /// not failed).
+    TieFlip,
+    Fail,
+    /// The pair was not compared for this capture.
+    None,
+}
+
+impl ChipState {
+    /// The state of comparison `c` (`tie_flip`: a cross comparison the tie rule explains).
+    pub fn of(c: Option<&Comparison>, tie_flip: bool) -> ChipState {
+        match c {
+            None => ChipState::None,
+            Some(c) if c.pass && c.bit_exact => ChipState::Exact,
+            Some(c) if c.pass => ChipState::Pass,
+            Some(_) if tie_flip => ChipState::TieFlip,
+            Some(_) => ChipState::Fail,
+        }
     }
+    /// The chip's text (also the verdict word of its accessibility label).
+    pub fn word(self) -> &'static str {
+        match self {
+            ChipState::Exact => "exact",
+            ChipState::Pass => "pass",
+            ChipState::TieFlip => "tie flip",
+            ChipState::Fail => "FAIL",
+            ChipState::None => "not compared",
+        }
+    }
+    /// The chip's colour.
+    pub fn color(self, p: &Palette) -> egui::Color32 {
+        match self {
+            ChipState::Exact => p.chip_exact_bg,
+            ChipState::Pass => p.chip_pass_bg,
+            ChipState::TieFlip => p.chip_warn_bg,
+            ChipState::Fail => p.chip_fail_bg,
+            ChipState::None => p.chip_none_bg,
+        }
+    }
+    /// The short text drawn on the chip.
+    pub fn short(self) -> &'static str {
+        match self {
+            ChipState::TieFlip => "tie",
+            ChipState::None => "—",
+            s => s.word(),
+        }
+    }
+}
+
+/// Every comparison of `r` with its chip state, by pair name.
+pub fn pair_states(r: &CaptureResult) -> Vec<(String, ChipState, Option<&Comparison>)> {
+    let mut out = Vec::new();
+    for b in &r.per_backend {
+        if let Some(c) = &b.vs_golden {
+            out.push((
+                format!("{} vs golden", b.backend),
+                ChipState::of(Some(c), false),
+                Some(c),
+            ));
+        }
+    }
+    for x in &r.cross {
+        out.push((
+            format!("{} vs {}", x.test, x.reference),
+            ChipState::of(Some(&x.cmp), x.tie_flip),
+            Some(&x.cmp),
+        ));
+    }
+    out
 }
 
 /// Where ratio `ratio` sits on the list's log bar, 0..1 (`None` for a ratio of 0).
@@ -623,10 +680,12 @@ fn capture_row_ui(
         if resp.clicked() {
             tx.send_ui(UiCommand::SelectCapture(i));
         }
-        let comparisons = r.comparisons();
+        let states = pair_states(r);
         for p in pairs {
-            let c = comparisons.iter().find(|(n, _)| n == p).map(|(_, c)| *c);
-            chip_ui(ui, palette, p, c);
+            match states.iter().find(|(n, _, _)| n == p) {
+                Some((_, state, c)) => chip_ui(ui, palette, p, *state, *c),
+                None => chip_ui(ui, palette, p, ChipState::None, None),
+            }
         }
         ratio_bar_ui(ui, palette, r);
         ui.add_sized(
@@ -669,21 +728,24 @@ pub fn fold_toggle_ui(ui: &mut egui::Ui, open: bool, title: &str, strong: bool) 
 }
 
 /// One status chip: colour and text, its accessibility label the full verdict.
-fn chip_ui(ui: &mut egui::Ui, palette: &Palette, pair: &str, c: Option<&Comparison>) {
-    let (bg, text) = chip(c, palette);
+fn chip_ui(
+    ui: &mut egui::Ui,
+    palette: &Palette,
+    pair: &str,
+    state: ChipState,
+    c: Option<&Comparison>,
+) {
+    let bg = state.color(palette);
     let size = egui::vec2(theme::CHIP_WIDTH_PT, theme::LIST_ROW_HEIGHT_PT - 4.0);
     let (rect, resp) = ui.allocate_exact_size(size, egui::Sense::hover());
-    let full = match c {
-        Some(c) => format!("{pair}: {}", verdict_word(c)),
-        None => format!("{pair}: not compared"),
-    };
+    let full = format!("{pair}: {}", state.word());
     resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &full));
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 3.0, bg);
     painter.text(
         rect.center(),
         egui::Align2::CENTER_CENTER,
-        text,
+        state.short(),
         egui::FontId::proportional(theme::CHIP_FONT_PT),
         theme::text_on(bg),
     );

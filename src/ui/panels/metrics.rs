@@ -3,6 +3,7 @@
 //! ulps, NMSE, checksum, budget use and where the worst element is; below it, the invariants
 //! the backends' captures violate. A compact region under the view that folds away.
 
+use super::capture_list::ChipState;
 use crate::golden::compare::Comparison;
 use crate::session::controller::{BudgetCheck, CaptureResult};
 use crate::session::invariants::Violation;
@@ -49,16 +50,11 @@ pub const COLUMNS: [&str; 11] = [
 pub fn metric_cells(
     pair: &str,
     c: &Comparison,
+    state: ChipState,
     budget: Option<&BudgetCheck>,
     backend: Option<&str>,
 ) -> Vec<(&'static str, String, String)> {
-    let verdict = if !c.pass {
-        "FAIL"
-    } else if c.bit_exact {
-        "exact"
-    } else {
-        "pass"
-    };
+    let verdict = state.word();
     let worst = if c.max_abs_err_multi_index.is_empty() {
         "-".to_string()
     } else {
@@ -81,7 +77,10 @@ pub fn metric_cells(
             verdict.to_string(),
             format!(
                 "{pair}: {} ({})",
-                if c.pass { "pass" } else { "FAIL" },
+                match state {
+                    ChipState::Exact | ChipState::Pass => "pass",
+                    s => s.word(),
+                },
                 c.reason
             ),
         ),
@@ -135,23 +134,38 @@ pub fn metric_cells(
     ]
 }
 
-/// Every row of the selected capture: `(pair, comparison, budget, backend)`.
-pub fn rows_of(
-    r: &CaptureResult,
-) -> Vec<(String, &Comparison, Option<&BudgetCheck>, Option<&str>)> {
+/// One row of the table.
+pub struct MetricsRow<'a> {
+    pub pair: String,
+    pub cmp: &'a Comparison,
+    pub state: ChipState,
+    pub budget: Option<&'a BudgetCheck>,
+    /// The backend of a vs-golden row (its budget line names it).
+    pub backend: Option<&'a str>,
+}
+
+/// Every row of the selected capture.
+pub fn rows_of(r: &CaptureResult) -> Vec<MetricsRow<'_>> {
     let mut out = Vec::new();
     for b in &r.per_backend {
         if let Some(c) = &b.vs_golden {
-            out.push((
-                format!("{} vs golden", b.backend),
-                c,
-                b.budget.as_ref(),
-                Some(b.backend.as_str()),
-            ));
+            out.push(MetricsRow {
+                pair: format!("{} vs golden", b.backend),
+                cmp: c,
+                state: ChipState::of(Some(c), false),
+                budget: b.budget.as_ref(),
+                backend: Some(b.backend.as_str()),
+            });
         }
     }
     for x in &r.cross {
-        out.push((format!("{} vs {}", x.test, x.reference), &x.cmp, None, None));
+        out.push(MetricsRow {
+            pair: format!("{} vs {}", x.test, x.reference),
+            cmp: &x.cmp,
+            state: ChipState::of(Some(&x.cmp), x.tie_flip),
+            budget: None,
+            backend: None,
+        });
     }
     out
 }
@@ -231,11 +245,14 @@ fn table_ui(ui: &mut egui::Ui, r: &CaptureResult) {
                     ui.strong(h);
                 }
                 ui.end_row();
-                for (pair, c, budget, backend) in &rows {
-                    for (col, text, label) in metric_cells(pair, c, *budget, *backend) {
+                for row in &rows {
+                    let cells =
+                        metric_cells(&row.pair, row.cmp, row.state, row.budget, row.backend);
+                    for (col, text, label) in cells {
                         let color = match col {
-                            "verdict" => Some(palette.verdict(c.pass)),
-                            "budget use" => budget.map(|b| palette.verdict(b.within())),
+                            "verdict" if row.state == ChipState::TieFlip => Some(palette.warn_text),
+                            "verdict" => Some(palette.verdict(row.cmp.pass)),
+                            "budget use" => row.budget.map(|b| palette.verdict(b.within())),
                             _ => None,
                         };
                         cell_ui(ui, &text, &label, color);

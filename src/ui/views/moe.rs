@@ -278,7 +278,12 @@ pub fn moe_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) {
             ui.label("MoE routing: no data");
             return;
         };
-        let triage = idx_r.triages().next().map(|(_, t)| t);
+        // The session's triage against the side the view compares with.
+        let named = super::topk::named_triages(idx_r, ctx.settings.test_backend);
+        let triage = named
+            .iter()
+            .find(|t| t.reference == idx.ref_name)
+            .map(|t| &t.triage);
         cache.model = Some(MoeModel::build(
             layer,
             idx,

@@ -12,7 +12,7 @@ use super::raster::{
 use super::{content_key, find, rows_of, Sides, TopkLayout, ViewCaches, ViewCtx};
 use crate::golden::names::{parse_capture_name, CaptureKind};
 use crate::golden::policy::F32_TOL;
-use crate::session::controller::{CaptureResult, CaptureTriage, CrossComparison};
+use crate::session::controller::{CaptureResult, CaptureTriage};
 use crate::ui::commands::UiCommand;
 use crate::ui::theme::{self, Palette};
 use eframe::egui::{self, Color32};
@@ -216,7 +216,9 @@ pub struct TopkModel {
     /// The smallest selected weight of the test side (MoE routing only).
     pub boundary_score: Option<f64>,
     /// The session's triage of this capture (test backend against the first backend).
-    pub triage: Option<(CrossComparison, CaptureTriage)>,
+    /// The session's triages of the test backend's capture: against the recorded reference
+    /// (the golden) and against the first backend.
+    pub triages: Vec<NamedTriage>,
 }
 
 impl TopkModel {
@@ -258,13 +260,13 @@ impl TopkModel {
             };
             per_row.push(a);
         }
-        let test_name = sides.test_name.clone();
-        let triage = target
-            .triages()
-            .find(|(x, _)| x.test == test_name || test_backend == 0)
-            .map(|(x, t)| (x.clone(), t.clone()));
-        if let Some((_, t)) = triage.as_ref().filter(|(_, t)| t.scores_known) {
-            mark_tie_flips(&mut per_row, reference, test, width, t);
+        let triages = named_triages(target, test_backend);
+        // Tie flips as the session scored them, against the side the view compares with.
+        if let Some(t) = triages
+            .iter()
+            .find(|t| t.reference == sides.ref_name && t.triage.scores_known)
+        {
+            mark_tie_flips(&mut per_row, reference, test, width, &t.triage);
         }
         let max_index = (0..reference.len().max(test.len()))
             .flat_map(|i| [reference.get(i), test.get(i)])
@@ -336,7 +338,7 @@ impl TopkModel {
             mean_agreement,
             rows_differing,
             boundary_score,
-            triage,
+            triages,
         }
     }
     /// The position cell `(row, p)`.
@@ -346,6 +348,43 @@ impl TopkModel {
             .copied()
             .unwrap_or(SetCell::Absent)
     }
+}
+
+/// One of the session's triages of a capture, with who was compared.
+#[derive(Debug, Clone)]
+pub struct NamedTriage {
+    pub test: String,
+    pub reference: String,
+    pub triage: CaptureTriage,
+}
+
+/// The session's triages of test backend `test_backend`'s index capture (clamped): against
+/// the recorded reference (`golden`) and against the first backend.
+pub fn named_triages(r: &CaptureResult, test_backend: usize) -> Vec<NamedTriage> {
+    let n = r.per_backend.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let b = &r.per_backend[test_backend.min(n - 1)];
+    let mut out: Vec<NamedTriage> = b
+        .triage
+        .iter()
+        .map(|t| NamedTriage {
+            test: b.backend.clone(),
+            reference: "golden".into(),
+            triage: t.clone(),
+        })
+        .collect();
+    out.extend(
+        r.triages()
+            .filter(|(x, _)| x.test == b.backend)
+            .map(|(x, t)| NamedTriage {
+                test: x.test.clone(),
+                reference: x.reference.clone(),
+                triage: t.clone(),
+            }),
+    );
+    out
 }
 
 /// Rows the session's triage calls tie flips, where this view sees exactly the swapped indices,
@@ -612,10 +651,11 @@ pub fn topk_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) {
             }
         }
     });
-    let triage_rows = m
-        .triage
-        .as_ref()
-        .map_or(0, |(_, t)| t.triage.details.len().min(TRIAGE_ROWS_SHOWN));
+    let triage_rows: usize = m
+        .triages
+        .iter()
+        .map(|t| t.triage.triage.details.len().min(TRIAGE_ROWS_SHOWN))
+        .sum();
     let triage_h = if triage_rows > 0 {
         (triage_rows as f32 * 20.0 + 76.0).min(200.0)
     } else {
@@ -716,8 +756,8 @@ pub fn topk_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) {
         caches.hover.as_ref(),
         "Hover a cell: query, position and who picked it; wheel zooms, drag pans, double-click fits.",
     );
-    if let Some((x, t)) = &m.triage {
-        triage_ui(ui, palette, x, t);
+    for t in &m.triages {
+        triage_ui(ui, palette, t);
     }
 }
 
@@ -785,11 +825,11 @@ fn slot_readout(m: &TopkModel, row: usize, slot: usize, reference: bool) -> Stri
 pub const TRIAGE_ROWS_SHOWN: usize = 200;
 
 /// The summary line of one capture's triage (also the label tests read).
-pub fn triage_line(x: &CrossComparison, t: &CaptureTriage) -> String {
-    let tt = &t.triage;
+pub fn triage_line(t: &NamedTriage) -> String {
+    let tt = &t.triage.triage;
     format!(
         "Top-k triage, {} vs {}: rows differing {} of {}; tie flip {}, near tie {}, real {}",
-        x.test, x.reference, tt.rows_differing, tt.rows, tt.tie_flips, tt.near_ties, tt.real
+        t.test, t.reference, tt.rows_differing, tt.rows, tt.tie_flips, tt.near_ties, tt.real
     )
 }
 
@@ -824,11 +864,12 @@ fn fmt_indices(v: &[i64]) -> String {
 
 /// The triage of the capture: counts, then one row per disagreement with the indices only one
 /// side picked, its class, score gap and the reference's boundary margin.
-pub fn triage_ui(ui: &mut egui::Ui, palette: &Palette, x: &CrossComparison, t: &CaptureTriage) {
+pub fn triage_ui(ui: &mut egui::Ui, palette: &Palette, named: &NamedTriage) {
+    let t = &named.triage;
     let tt = &t.triage;
     ui.colored_label(
         palette.triage(tt.real, tt.rows_differing),
-        triage_line(x, t),
+        triage_line(named),
     );
     if let Some(d) = &tt.downstream_of {
         ui.weak(format!(
@@ -846,10 +887,10 @@ pub fn triage_ui(ui: &mut egui::Ui, palette: &Palette, x: &CrossComparison, t: &
         return;
     }
     egui::ScrollArea::both()
-        .id_salt(("triage_scroll", &tt.capture))
+        .id_salt(("triage_scroll", &tt.capture, &named.reference))
         .max_height(160.0)
         .show(ui, |ui| {
-            egui::Grid::new(("triage_grid", &tt.capture))
+            egui::Grid::new(("triage_grid", &tt.capture, &named.reference))
                 .striped(true)
                 .show(ui, |ui| {
                     for h in [

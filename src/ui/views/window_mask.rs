@@ -328,11 +328,11 @@ pub fn window_mask_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCac
             format!("Mask differences: {}", m.differences),
         );
     });
-    if let Some((x, t)) = target.triages().next() {
-        let tt = &t.triage;
+    for t in super::topk::named_triages(target, ctx.settings.test_backend) {
+        let tt = &t.triage.triage;
         ui.colored_label(
             palette.triage(tt.real, tt.rows_differing),
-            super::topk::triage_line(x, t),
+            super::topk::triage_line(&t),
         )
         .on_hover_text("The Top-k agreement view lists every differing row");
     }
