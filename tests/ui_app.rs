@@ -304,3 +304,86 @@ fn the_selftest_window_shows_every_planted_fault_caught() {
     h.run_steps(2);
     assert!(h.query_by_label("Self-test: 8 passed, 0 failed").is_none());
 }
+
+/// What a session remembers (eframe persistence) comes back: the last golden, the theme, the
+/// view chosen per family, folded regions; and what it remembers next reflects the changes.
+#[test]
+fn the_app_remembers_files_theme_views_and_regions() {
+    use golden_lens::ui::app::Remembered;
+    use golden_lens::ui::theme::ThemeChoice;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("last.json");
+    std::fs::write(&path, golden_lens::golden::embedded::DEFAULT_GOLDEN_JSON).expect("write");
+    let remembered = Remembered {
+        last_golden: Some(path.clone()),
+        last_gguf: None,
+        theme: Some("light".into()),
+        views: vec![("routing".into(), "values".into())],
+        overview_open: Some(false),
+        metrics_open: Some(true),
+    };
+    let mut o = test_options();
+    o.run_on_start = false;
+    let r = remembered.clone();
+    let mut h: Harness<'static, GoldenLensApp> = Harness::builder()
+        .with_size(SIZE_PT)
+        .with_max_steps(16)
+        .build_eframe(move |cc| GoldenLensApp::with_remembered(&cc.egui_ctx, o, Some(r)));
+    let opened = format!("Golden: {}", path.display());
+    wait_until(&mut h, "the remembered golden", LOAD_TIMEOUT, |h| {
+        h.query_by_label(&opened).is_some() && h.query_by_label("Status: ready").is_some()
+    });
+    assert_eq!(h.state().state().theme, ThemeChoice::Light);
+    // The folded overview offers to unfold.
+    h.get_by_role_and_label(Role::Button, "Unfold Overview");
+    run_all(&mut h);
+    select_capture(&mut h, "prefill12/L0.moe_indices");
+    assert_eq!(
+        h.state().view(),
+        DetailView::Values,
+        "the remembered routing view"
+    );
+    h.get_by_role_and_label(Role::Tab, "MoE routing").click();
+    h.get_by_role_and_label(Role::Button, "Dark theme").click();
+    h.get_by_role_and_label(Role::Button, "Unfold Overview")
+        .click();
+    h.run_steps(3);
+    let next = h.state().remembered();
+    let back: Remembered =
+        serde_json::from_str(&serde_json::to_string(&next).expect("ser")).expect("de");
+    assert_eq!(back, next);
+    assert_eq!(next.last_golden.as_deref(), Some(path.as_path()));
+    assert_eq!(next.theme.as_deref(), Some("dark"));
+    assert!(next
+        .views
+        .contains(&("routing".to_string(), "moe".to_string())));
+    assert_eq!(next.overview_open, Some(true));
+}
+
+/// Cancel on a background job's bar frees its window at once; its late result is dropped.
+#[test]
+fn a_cancelled_job_drops_its_late_result() {
+    let mut h = harness(test_options());
+    wait_ready(&mut h);
+    h.get_by_role_and_label(Role::Button, "Localize").click();
+    h.run_steps(2);
+    assert!(h.state().localize_state().running);
+    h.get_by_label_contains("Localize: ");
+    h.get_by_role_and_label(Role::Button, "Cancel Localize")
+        .click();
+    h.run_steps(2);
+    assert!(!h.state().localize_state().running);
+    h.get_by_label("Localize cancelled: its result will be dropped");
+    // Long enough for the abandoned localisation to finish and report.
+    let until = std::time::Instant::now() + LATE_RESULT_WAIT;
+    while std::time::Instant::now() < until {
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(h.state().localize_state().result.is_none());
+    h.get_by_label("No localization yet: press Run localization.");
+}
+
+/// How long the cancelled-job test waits for the abandoned job (a localisation of the tiny
+/// golden takes about a second in the test profile).
+const LATE_RESULT_WAIT: std::time::Duration = std::time::Duration::from_secs(8);

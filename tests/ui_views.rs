@@ -18,7 +18,7 @@ use golden_lens::ui::views::heatmap::{
 };
 use golden_lens::ui::views::raster::{build_image, texel_cells, CellSource, Window};
 use golden_lens::ui::views::topk::{classify_mask_row, classify_row, SetCell};
-use golden_lens::ui::views::window_mask::{build_mask, mask_differences, MaskCell};
+use golden_lens::ui::views::window_mask::{build_mask, infer_window, mask_differences, MaskCell};
 use golden_lens::ui::views::{axis_names, panel_columns, ulp_bin, Sides, UlpHistogram};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -92,6 +92,19 @@ fn window_mask_tells_window_from_compressed() {
     assert_eq!(m.slot[11], 5);
     let other = Tensor::full(vec![1, 1, 6], vec![2.0, 0.0, 1.0, -1.0, 9.0, 10.0]);
     assert_eq!(mask_differences(&m, &build_mask(&other, 4, 12)), 2);
+}
+
+#[test]
+fn the_window_part_is_read_from_the_indices_when_the_golden_is_silent() {
+    // Two rows: a 4-slot ring (slot order, one -1) and 2 compressed picks offset by 4.
+    let idx = Tensor::full(
+        vec![1, 2, 6],
+        vec![2.0, 0.0, 1.0, -1.0, 9.0, 11.0, 3.0, 1.0, 2.0, 0.0, 4.0, 7.0],
+    );
+    assert_eq!(infer_window(&idx), 4);
+    // No compressed part: every slot is the window.
+    let ring = Tensor::full(vec![1, 1, 3], vec![1.0, 2.0, 0.0]);
+    assert_eq!(infer_window(&ring), 3);
 }
 
 #[test]

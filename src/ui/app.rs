@@ -342,7 +342,8 @@ impl GoldenLensApp {
         GoldenLensApp::with_remembered(&cc.egui_ctx, options, remembered)
     }
 
-    fn with_remembered(
+    /// A new app started with what an earlier session remembered (`None`: nothing).
+    pub fn with_remembered(
         ctx: &egui::Context,
         mut options: AppOptions,
         remembered: Option<Remembered>,

@@ -46,6 +46,8 @@ pub struct OverviewModel {
     pub top_y: f64,
 }
 
+/// Least room for one ulp-bin label.
+const ULP_LABEL_MIN_PT: f32 = 30.0;
 /// The band sits this many decades under the smallest non-zero ratio's decade.
 const BAND_GAP_DECADES: f64 = 1.5;
 /// The band's y when no ratio is non-zero (everything bit-exact).
@@ -354,14 +356,13 @@ fn plot_ui(
                     .axis(egui_plot::Axis::Y)
                     .fill(palette.exact_band),
             );
-            // Every other lane is shaded, and a regime's first lane is marked with its name.
+            // Every other lane is shaded; then each regime's first lane is marked with its name
+            // (after the shading, so no lane covers a name).
+            for l in (1..model.lanes.len()).step_by(2) {
+                plot_ui.span(Span::new("", (l as f64)..=(l as f64 + 1.0)).fill(palette.lane_shade));
+            }
             let mut last_regime = "";
             for (l, lane) in model.lanes.iter().enumerate() {
-                if l % 2 == 1 {
-                    plot_ui.span(
-                        Span::new("", (l as f64)..=(l as f64 + 1.0)).fill(palette.lane_shade),
-                    );
-                }
                 if lane.regime != last_regime {
                     plot_ui.vline(VLine::new("", l as f64).color(palette.pass_line));
                     plot_ui.text(
@@ -525,6 +526,8 @@ fn ulp_ui(ui: &mut egui::Ui, state: &AppState, caches: &mut ViewCaches, width: f
     let max = bins.iter().map(|(_, c)| *c).max().unwrap_or(0).max(1) as f32;
     let n = bins.len().max(1);
     let bw = rect.width() / n as f32;
+    // Bin labels every `label_step` bins so they never overlap (hover names every bin).
+    let label_step = (ULP_LABEL_MIN_PT / bw).ceil().max(1.0) as usize;
     let mut hovered_bin = None;
     for (k, (l, c)) in bins.iter().enumerate() {
         let x0 = rect.min.x + k as f32 * bw;
@@ -546,13 +549,15 @@ fn ulp_ui(ui: &mut egui::Ui, state: &AppState, caches: &mut ViewCaches, width: f
             palette.series_vs_golden[0]
         };
         painter.rect_filled(bar, 1.0, color);
-        painter.text(
-            egui::pos2(x0 + bw / 2.0, rect.min.y + bar_h + 1.0),
-            egui::Align2::CENTER_TOP,
-            l.as_str(),
-            egui::FontId::proportional(9.0),
-            palette.text_weak,
-        );
+        if k % label_step == 0 {
+            painter.text(
+                egui::pos2(x0 + bw / 2.0, rect.min.y + bar_h + 1.0),
+                egui::Align2::CENTER_TOP,
+                l.as_str(),
+                egui::FontId::proportional(9.0),
+                palette.text_weak,
+            );
+        }
         if resp.hover_pos().is_some_and(|p| p.x >= x0 && p.x < x0 + bw) {
             hovered_bin = Some(format!("{l} ulps: {c} elements"));
         }

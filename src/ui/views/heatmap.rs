@@ -589,8 +589,11 @@ pub fn fmt_value(v: f64) -> String {
     }
 }
 
-/// Ticks of the legend.
-const LEGEND_TICKS: usize = 5;
+/// Ticks of the legend: five on a wide legend, three on a narrow one (numbers never touch).
+const LEGEND_TICKS_WIDE: usize = 5;
+const LEGEND_TICKS_NARROW: usize = 3;
+/// Width from which the legend has room for five numbers.
+const LEGEND_WIDE_PT: f32 = 420.0;
 
 /// The colour legend of `scale`: a bar with numbers under it (the numbers are also its
 /// accessibility label).
@@ -598,8 +601,13 @@ pub fn legend_ui(ui: &mut egui::Ui, title: &str, scale: &ColorScale, width: f32)
     let palette = theme::palette(ui.ctx());
     let (lo, hi) = scale.ends();
     let (tlo, thi) = (scale.transform(lo), scale.transform(hi));
-    let ticks: Vec<f64> = (0..LEGEND_TICKS)
-        .map(|k| scale.untransform(tlo + (thi - tlo) * k as f64 / (LEGEND_TICKS - 1) as f64))
+    let n_ticks = if width >= LEGEND_WIDE_PT {
+        LEGEND_TICKS_WIDE
+    } else {
+        LEGEND_TICKS_NARROW
+    };
+    let ticks: Vec<f64> = (0..n_ticks)
+        .map(|k| scale.untransform(tlo + (thi - tlo) * k as f64 / (n_ticks - 1) as f64))
         .collect();
     if lo == hi {
         let text = format!("{title}: every value is {}", fmt_cell(lo));
@@ -640,10 +648,10 @@ pub fn legend_ui(ui: &mut egui::Ui, title: &str, scale: &ColorScale, width: f32)
         );
     }
     for (k, v) in ticks.iter().enumerate() {
-        let x = bar.min.x + bar.width() * k as f32 / (LEGEND_TICKS - 1) as f32;
+        let x = bar.min.x + bar.width() * k as f32 / (n_ticks - 1) as f32;
         let align = match k {
             0 => egui::Align2::LEFT_TOP,
-            k if k == LEGEND_TICKS - 1 => egui::Align2::RIGHT_TOP,
+            k if k == n_ticks - 1 => egui::Align2::RIGHT_TOP,
             _ => egui::Align2::CENTER_TOP,
         };
         painter.text(

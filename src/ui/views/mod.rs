@@ -305,6 +305,15 @@ pub fn backend_tensor(r: &CaptureResult, backend: usize) -> Option<Tensor> {
     Some(Tensor::from_backend(r.shape.clone(), b.values.clone()))
 }
 
+/// Whether the golden describes `r`'s run: it has `r`'s regime (results of another model's run,
+/// or synthetic ones, come from regimes the golden does not have).
+pub fn golden_describes(golden: &Golden, r: &CaptureResult) -> bool {
+    golden
+        .regimes
+        .get(r.regime_index)
+        .is_some_and(|g| g.name == r.regime)
+}
+
 /// The two sides of a capture under the view settings. Where the golden lacks the capture (a
 /// synthetic or golden-less run) the first backend is the reference, and `note` says so.
 pub fn sides(golden: &Arc<Golden>, r: &CaptureResult, settings: &ViewSettings) -> Option<Sides> {
@@ -326,13 +335,9 @@ pub fn sides(golden: &Arc<Golden>, r: &CaptureResult, settings: &ViewSettings) -
             note: None,
         });
     }
-    match Tensor::from_golden(golden, r.regime_index, &r.name).filter(|_| {
-        // A golden of another regime list (synthetic results) does not hold this capture.
-        golden
-            .regimes
-            .get(r.regime_index)
-            .is_some_and(|g| g.name == r.regime)
-    }) {
+    match Tensor::from_golden(golden, r.regime_index, &r.name)
+        .filter(|_| golden_describes(golden, r))
+    {
         Some(reference) => Some(Sides {
             reference,
             test,

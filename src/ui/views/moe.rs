@@ -321,7 +321,8 @@ pub fn moe_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) {
     let readout_h = ui.text_style_height(&egui::TextStyle::Body) + 8.0;
     let avail = ui.available_size();
     let load_h = (avail.y * 0.2).clamp(40.0, LOAD_HEIGHT_PT);
-    let raster_h = (avail.y - load_h - table_h - readout_h - 24.0).max(140.0);
+    // Besides the raster: the load's caption, the load, the readout, the table and its heading.
+    let raster_h = (avail.y - load_h - table_h - 2.0 * readout_h - 40.0).max(140.0);
     let resp = raster_ui(
         ui,
         egui::vec2(avail.x, raster_h),

@@ -83,6 +83,39 @@ pub fn build_mask(idx: &Tensor, window_cols: usize, n_kv: usize) -> Mask {
     }
 }
 
+/// The width of the window part read from the indices, for a capture the golden does not
+/// describe (another model's run): `sa_kv` is the window rows followed by the compressed rows,
+/// so the window slots hold indices below their count and the compressed slots indices at or
+/// above it. The answer is the largest `w` for which every row's first `w` slots hold indices
+/// `< w` and its other slots indices `>= w` (`-1` slots fit either side).
+pub fn infer_window(idx: &Tensor) -> usize {
+    let (rows, width) = rows_of(idx);
+    // Per slot, the smallest and largest index over the rows (ignoring -1 and unknowns).
+    let mut lo = vec![f64::INFINITY; width];
+    let mut hi = vec![f64::NEG_INFINITY; width];
+    for r in 0..rows {
+        for j in 0..width {
+            if let Some(v) = idx.get(r * width + j).filter(|v| *v >= 0.0) {
+                lo[j] = lo[j].min(v);
+                hi[j] = hi[j].max(v);
+            }
+        }
+    }
+    // prefix_hi[w]: largest index in slots < w; suffix_lo[w]: smallest in slots >= w.
+    let mut prefix_hi = vec![f64::NEG_INFINITY; width + 1];
+    for j in 0..width {
+        prefix_hi[j + 1] = prefix_hi[j].max(hi[j]);
+    }
+    let mut suffix_lo = vec![f64::INFINITY; width + 1];
+    for j in (0..width).rev() {
+        suffix_lo[j] = suffix_lo[j + 1].min(lo[j]);
+    }
+    (0..=width)
+        .rev()
+        .find(|&w| prefix_hi[w] < w as f64 && suffix_lo[w] >= w as f64)
+        .unwrap_or(0)
+}
+
 /// Cells where both sides are known and differ.
 pub fn mask_differences(a: &Mask, b: &Mask) -> usize {
     a.cells
@@ -176,6 +209,8 @@ pub struct MaskModel {
     /// kv rows the layer attends over (`sa_kv`'s rows, or the largest index + 1).
     pub n_kv_wanted: usize,
     pub differences: usize,
+    /// The window's width was read from the indices (the golden does not describe the capture).
+    pub window_inferred: bool,
 }
 
 impl MaskModel {
@@ -201,6 +236,7 @@ impl MaskModel {
             width,
             n_kv_wanted: n_kv,
             differences,
+            window_inferred: false,
         }
     }
     fn at(&self, r: usize, c: usize) -> Combined {
@@ -283,9 +319,16 @@ pub fn window_mask_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCac
                     .fold(0.0f64, |m, v| m.max(v + 1.0))
                     .clamp(0.0, usize::MAX as f64 / 2.0) as usize
             });
-        // The window's width is the model's (the golden's fixture).
-        let window = ctx.golden.fixture.window_size;
-        cache.model = Some(MaskModel::build(target.label(), sides, window, n_kv));
+        // The window's width is the model's (the golden's fixture); a capture the golden does
+        // not hold says it through its own indices.
+        let (window, inferred) = if super::golden_describes(ctx.golden, target) {
+            (ctx.golden.fixture.window_size, false)
+        } else {
+            (infer_window(&sides.reference), true)
+        };
+        let mut model = MaskModel::build(target.label(), sides, window, n_kv);
+        model.window_inferred = inferred;
+        cache.model = Some(model);
         cache.key = Some(key);
         cache.zoom = ZoomState::default();
     }
@@ -296,11 +339,12 @@ pub fn window_mask_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCac
     let count = |mask: &Mask, k: MaskCell| mask.cells.iter().filter(|&&c| c == k).count();
     ui.horizontal_wrapped(|ui| {
         ui.label(format!(
-            "Window mask of {}: {} queries × {} kv rows; window part = first {} slots, compressed part = {} slots{}",
+            "Window mask of {}: {} queries × {} kv rows; window part = first {} slots{}, compressed part = {} slots{}",
             m.target,
             m.test.rows,
             m.test.n_kv,
             m.window_cols,
+            if m.window_inferred { " (read from the indices)" } else { "" },
             m.width - m.window_cols,
             if m.test.n_kv < m.n_kv_wanted { " (first kv rows only)" } else { "" }
         ));
