@@ -267,3 +267,42 @@ fn frames_with_real_dims_captures_stay_within_one_60hz_frame() {
         }
     }
 }
+
+/// The wheel zooms the three linked heatmaps around the pointer; "Fit" shows the whole slice.
+#[test]
+fn the_wheel_zooms_linked_heatmaps_and_fit_restores_them() {
+    let mut h = real_dims_app(SIZE_PT);
+    select(&mut h, "realdims/L0.sa_o", DetailView::Values);
+    assert_eq!(h.state().caches().values.zoom.window, None);
+    let rect = h
+        .get_by_role_and_label(Role::Image, values::TEST_PANEL)
+        .rect();
+    h.hover_at(rect.center());
+    h.step();
+    h.event(egui::Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Point,
+        delta: egui::vec2(0.0, ZOOM_IN_WHEEL_PT),
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Unknown,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run_steps(10);
+    let w = h
+        .state()
+        .caches()
+        .values
+        .zoom
+        .window
+        .expect("the wheel zoomed in");
+    // 64 heads × 512 dims at token 0: the window is narrower than the slice on both axes and
+    // still holds the hovered point.
+    assert!(w.width() < 512.0 && w.height() < 64.0, "{w:?}");
+    assert!(w.x0 < 256.0 && w.x1 > 256.0, "{w:?}");
+    // The wheel zoomed the raster, not the panel around it.
+    h.get_by_role_and_label(Role::Button, "Fit").click();
+    h.run_steps(2);
+    assert_eq!(h.state().caches().values.zoom.window, None);
+}
+
+/// Scrolled points of the zoom test (positive: zoom in).
+const ZOOM_IN_WHEEL_PT: f32 = 240.0;
