@@ -239,6 +239,7 @@ fn result(
             cmp,
             triage: None,
             tie_flip: false,
+            budget: None,
         }],
     }
 }

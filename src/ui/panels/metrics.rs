@@ -12,10 +12,11 @@ use crate::ui::commands::{Region, UiCommand, UiCommandSender};
 use crate::ui::theme::{self, Palette};
 use eframe::egui;
 
-/// The error-budget text of one backend against the golden (also the label tests read).
-pub fn budget_line(backend: &str, b: &BudgetCheck) -> String {
+/// The error-budget text of one pair (`cpu vs golden`, `gpu vs cpu`; also the label tests
+/// read).
+pub fn budget_line(pair: &str, b: &BudgetCheck) -> String {
     format!(
-        "{backend} vs golden budget: {:.1e} ({}), error/budget {:.2}{}",
+        "{pair} budget: {:.1e} ({}), error/budget {:.2}{}",
         b.budget.abs,
         b.budget.reason,
         b.ratio,
@@ -52,7 +53,6 @@ pub fn metric_cells(
     c: &Comparison,
     state: ChipState,
     budget: Option<&BudgetCheck>,
-    backend: Option<&str>,
 ) -> Vec<(&'static str, String, String)> {
     let verdict = state.word();
     let worst = if c.max_abs_err_multi_index.is_empty() {
@@ -66,9 +66,9 @@ pub fn metric_cells(
     let budget_text = budget.map_or("-".to_string(), |b| {
         format!("{:.2}{}", b.ratio, if b.within() { "" } else { " OVER" })
     });
-    let budget_label = match (budget, backend) {
-        (Some(b), Some(name)) => budget_line(name, b),
-        _ => format!("{pair} budget use: -"),
+    let budget_label = match budget {
+        Some(b) => budget_line(pair, b),
+        None => format!("{pair} budget use: -"),
     };
     vec![
         ("pair", pair.to_string(), pair.to_string()),
@@ -140,8 +140,6 @@ pub struct MetricsRow<'a> {
     pub cmp: &'a Comparison,
     pub state: ChipState,
     pub budget: Option<&'a BudgetCheck>,
-    /// The backend of a vs-golden row (its budget line names it).
-    pub backend: Option<&'a str>,
 }
 
 /// Every row of the selected capture.
@@ -154,7 +152,6 @@ pub fn rows_of(r: &CaptureResult) -> Vec<MetricsRow<'_>> {
                 cmp: c,
                 state: ChipState::of(Some(c), false),
                 budget: b.budget.as_ref(),
-                backend: Some(b.backend.as_str()),
             });
         }
     }
@@ -163,8 +160,7 @@ pub fn rows_of(r: &CaptureResult) -> Vec<MetricsRow<'_>> {
             pair: format!("{} vs {}", x.test, x.reference),
             cmp: &x.cmp,
             state: ChipState::of(Some(&x.cmp), x.tie_flip),
-            budget: None,
-            backend: None,
+            budget: x.budget.as_ref(),
         });
     }
     out
@@ -246,8 +242,7 @@ fn table_ui(ui: &mut egui::Ui, r: &CaptureResult) {
                 }
                 ui.end_row();
                 for row in &rows {
-                    let cells =
-                        metric_cells(&row.pair, row.cmp, row.state, row.budget, row.backend);
+                    let cells = metric_cells(&row.pair, row.cmp, row.state, row.budget);
                     for (col, text, label) in cells {
                         let color = match col {
                             "verdict" if row.state == ChipState::TieFlip => Some(palette.warn_text),
