@@ -65,7 +65,7 @@ fn real_block(c: &mut Criterion) {
         .map(|t| golden_lens::num::fixed_int("input_ids", t, id_range as u64) as i64)
         .collect();
     let weights: Arc<dyn WeightSource> =
-        Arc::new(FillerSource::from_config("DeepSeek-V4.1-Flash dims", &cfg));
+        Arc::new(FillerSource::from_config("DeepSeek-V4.1-Flash dims", &cfg).expect("geometry"));
     let mut group = c.benchmark_group("real_dims");
     group
         .sample_size(10)

@@ -45,6 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let source = Arc::new(
         FillerSource::from_config("DeepSeek-V4.1-Flash dims", &cfg)
+            .expect("the real geometry")
             .with_cache_budget_bytes(8 << 30),
     );
     let weights: Arc<dyn WeightSource> = source.clone();

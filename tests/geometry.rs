@@ -67,7 +67,7 @@ fn skeleton(base: &Golden, g: &Geometry) -> Golden {
         pad_id: f.engram_pad_id,
         num_embeddings: vec![],
     };
-    f.engram_num_embeddings = derived_rows(&ecfg);
+    f.engram_num_embeddings = derived_rows(&ecfg).expect("derivable");
     f.engram = None::<EngramFixture>;
     let raw = &mut f.raw;
     raw.remove("engram");
@@ -91,7 +91,7 @@ fn skeleton(base: &Golden, g: &Geometry) -> Golden {
         raw.insert(k.into(), v);
     }
     let cfg = ModelConfig::from_fixture(&out.fixture).unwrap_or_else(|e| panic!("{}: {e}", g.name));
-    out.weights_meta = param_list(&cfg);
+    out.weights_meta = param_list(&cfg).expect("a valid geometry");
     out.regimes.clear();
     out.source = PathBuf::from(format!("<geometry {}>", g.name));
     out

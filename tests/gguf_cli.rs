@@ -124,23 +124,92 @@ fn info_json_is_machine_readable_with_truncated_arrays() {
 }
 
 #[test]
-fn info_exits_1_on_an_invalid_deepseek41_file() {
+fn info_notes_an_invalid_deepseek41_file_and_strict_makes_it_an_error() {
     let dir = TempDir::new().unwrap();
     let kvs = ds4_kvs().set("deepseek41.engram.multipliers", arr_u64(&[2, 5, 7, 9]));
     let p = ds4_builder(&kvs).write(dir.path(), "bad.gguf");
     let o = golden_lens(&["gguf", "info", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "a valid GGUF prints and exits 0");
+    let out = stdout(&o);
+    assert!(out.contains("INVALID") && out.contains("is even"), "{out}");
+    assert!(
+        out.contains("note: not a complete deepseek41 model"),
+        "{out}"
+    );
+    let o = golden_lens(&["gguf", "info", "--strict", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains("INVALID"), "{}", stdout(&o));
-    assert!(stdout(&o).contains("is even"));
 }
 
 #[test]
-fn info_on_a_hostile_file_is_a_clean_error() {
+fn info_on_another_architecture_prints_everything_and_exits_0() {
+    let dir = TempDir::new().unwrap();
+    let p = Builder::new()
+        .kv("general.architecture", s("llama"))
+        .kv("llama.block_count", V::U32(2))
+        .tensor(tensor(
+            "token_embd.weight",
+            &[4, 2],
+            0,
+            f32_bytes(&[0.5; 8]),
+        ))
+        .write(dir.path(), "llama.gguf");
+    let o = golden_lens(&["gguf", "info", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    assert!(out.contains("llama.block_count"), "{out}");
+    assert!(out.contains("token_embd.weight"), "{out}");
+    assert!(out.contains("note: not a deepseek41 model"), "{out}");
+    let o = golden_lens(&["gguf", "info", "--json", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["notes"].as_array().map(Vec::len), Some(1));
+    let o = golden_lens(&["gguf", "info", "--strict", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn info_on_a_vocabulary_only_file_exits_0_with_a_note() {
+    let dir = TempDir::new().unwrap();
+    let p = ds4_kvs().builder().write(dir.path(), "vocab.gguf");
+    let o = golden_lens(&["gguf", "info", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    assert!(out.contains("note: no tensors: a vocabulary-only"), "{out}");
+}
+
+#[test]
+fn info_on_a_shard_without_its_siblings_shows_it_alone() {
+    let dir = TempDir::new().unwrap();
+    let p = Builder::new()
+        .kv("general.architecture", s("deepseek41"))
+        .kv("split.no", V::U16(0))
+        .kv("split.count", V::U16(2))
+        .kv("split.tensors.count", V::I32(2))
+        .tensor(tensor("token_embd.weight", &[4], 0, f32_bytes(&[1.0; 4])))
+        .write(dir.path(), "m-00001-of-00002.gguf");
+    let o = golden_lens(&["gguf", "info", p.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = stdout(&o);
+    assert!(out.contains("token_embd.weight"), "{out}");
+    assert!(
+        out.contains("note: shown alone, not as a split set"),
+        "{out}"
+    );
+    assert!(out.contains("shard 2 of 2 is missing"), "{out}");
+}
+
+#[test]
+fn info_on_a_file_that_is_not_gguf_exits_1() {
     let dir = TempDir::new().unwrap();
     let p = dir.path().join("bad.gguf");
     std::fs::write(&p, b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x10").unwrap();
     let o = golden_lens(&["gguf", "info", p.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("error:") && err.contains("truncated"), "{err}");
 }

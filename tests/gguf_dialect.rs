@@ -6,8 +6,8 @@ mod gguf_common;
 use gguf_common::*;
 use golden_lens::gguf::quant::{dequantize_engram_rows, EngramEncoding};
 use golden_lens::gguf::{
-    detect_dialect, resolve_sidecar, Deepseek41Meta, Dialect, EngramStorage, EngramTables,
-    GgufError, GgufSet,
+    detect_dialect, open_sidecar, Deepseek41Meta, Dialect, EngramStorage, EngramTables, GgufError,
+    GgufSet,
 };
 use tempfile::TempDir;
 
@@ -323,10 +323,8 @@ fn sidecar_err(paths: &[&str], setup: impl Fn(&std::path::Path)) -> String {
     setup(dir.path());
     let p = external_builder(&external_kvs(paths)).write(&inner, "m.gguf");
     let set = GgufSet::open(&p).unwrap();
-    let m = Deepseek41Meta::from_set(&set).unwrap();
-    let e = EngramTables::open(&set, m.engram.as_ref().unwrap())
-        .err()
-        .expect("sidecar must be refused");
+    // The metadata's validation opens every sidecar, so a bad one fails there.
+    let e = Deepseek41Meta::from_set(&set).expect_err("sidecar must be refused");
     assert!(matches!(e, GgufError::Sidecar { .. }), "{e}");
     e.to_string()
 }
@@ -364,11 +362,128 @@ fn sidecar_missing_or_short_is_refused() {
 }
 
 #[test]
-fn resolve_sidecar_accepts_dot_components() {
+fn open_sidecar_accepts_dot_components() {
     let dir = TempDir::new().unwrap();
     std::fs::write(dir.path().join("a.bin"), b"x").unwrap();
     let gguf = dir.path().join("m.gguf");
-    let p = resolve_sidecar(&gguf, "./a.bin").unwrap();
-    assert!(p.ends_with("a.bin"));
-    assert!(resolve_sidecar(&gguf, "").is_err());
+    let sidecar = open_sidecar(&gguf, "./a.bin").unwrap();
+    assert!(sidecar.path.ends_with("a.bin"));
+    assert_eq!(sidecar.len, 1);
+    assert!(open_sidecar(&gguf, "").is_err());
+}
+
+/// A FIFO named as a sidecar is refused at once: the open does not block waiting for a writer.
+#[test]
+fn sidecar_fifo_is_refused_without_blocking() {
+    let msg = sidecar_err(&["fifo.bin"], |root| {
+        let fifo = root.join("model/fifo.bin");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(status.success(), "mkfifo {}", fifo.display());
+    });
+    assert!(msg.contains("not a regular file"), "{msg}");
+}
+
+/// A directory named as a sidecar is refused with the same message.
+#[test]
+fn sidecar_directory_is_refused() {
+    let msg = sidecar_err(&["dir.bin"], |root| {
+        std::fs::create_dir(root.join("model/dir.bin")).unwrap();
+    });
+    assert!(msg.contains("not a regular file"), "{msg}");
+}
+
+// ---- llama.cpp candidate-prefilter keys (spec §1.3) -----------------------------------------
+
+fn llama_meta(kvs: &Kvs) -> Result<Deepseek41Meta, GgufError> {
+    let (_dir, set) = open_set(&llama_builder(kvs));
+    Deepseek41Meta::from_set(&set.unwrap())
+}
+
+fn with_candidate_keys(names: [&str; 3], values: [u32; 3]) -> Kvs {
+    let mut kvs = llama_kvs();
+    for (name, v) in names.iter().zip(values) {
+        kvs = kvs.set(&format!("deepseek41.{name}"), V::U32(v));
+    }
+    kvs
+}
+
+#[test]
+fn llama_candidate_keys_are_read_in_the_forks_spelling() {
+    let names = [
+        "attention.candidate_source_layer_id",
+        "attention.candidate_topk_blocks",
+        "attention.candidate_block_size",
+    ];
+    let m = llama_meta(&with_candidate_keys(names, [2, 16, 4])).unwrap();
+    assert_eq!(
+        (
+            m.candidate_source_layer_id,
+            m.candidate_topk_blocks,
+            m.candidate_block_size
+        ),
+        (Some(2), Some(16), Some(4))
+    );
+    assert!(
+        !m.warnings.join("\n").contains("candidate"),
+        "{:?}",
+        m.warnings
+    );
+}
+
+#[test]
+fn llama_candidate_key_aliases_are_read() {
+    let aliases = [
+        "attention.indexer.candidate_source_layer",
+        "attention.indexer.candidate_top_k",
+        "attention.indexer.candidate_block_size",
+    ];
+    let m = llama_meta(&with_candidate_keys(aliases, [2, 16, 4])).unwrap();
+    assert_eq!(m.candidate_topk_blocks, Some(16));
+    // golden-lens's earlier exports spelled the block count `candidate_top_k_blocks`.
+    let ours = [
+        "attention.indexer.candidate_source_layer",
+        "attention.indexer.candidate_top_k_blocks",
+        "attention.indexer.candidate_block_size",
+    ];
+    let m = llama_meta(&with_candidate_keys(ours, [2, 12, 4])).unwrap();
+    assert_eq!(m.candidate_topk_blocks, Some(12));
+}
+
+#[test]
+fn llama_without_candidate_keys_falls_back_to_the_released_geometry_with_a_warning() {
+    let m = llama_meta(&llama_kvs()).unwrap();
+    assert_eq!(
+        m.candidate_source_layer_id, None,
+        "left to the model builder"
+    );
+    assert_eq!(m.candidate_topk_blocks, Some(2048));
+    assert_eq!(m.candidate_block_size, Some(8));
+    let w = m.warnings.join("\n");
+    assert!(w.contains("falling back to the released geometry"), "{w}");
+    assert!(
+        w.contains("deepseek41.attention.candidate_topk_blocks"),
+        "{w}"
+    );
+}
+
+#[test]
+fn llama_candidate_keys_are_all_or_none_and_aliases_must_agree() {
+    let kvs = llama_kvs().set("deepseek41.attention.candidate_topk_blocks", V::U32(16));
+    let e = llama_meta(&kvs).unwrap_err().to_string();
+    assert!(e.contains("all three keys or none"), "{e}");
+    assert!(e.contains("candidate_source_layer_id"), "{e}");
+    let kvs = with_candidate_keys(
+        [
+            "attention.candidate_source_layer_id",
+            "attention.candidate_topk_blocks",
+            "attention.candidate_block_size",
+        ],
+        [2, 16, 4],
+    )
+    .set("deepseek41.attention.indexer.candidate_top_k", V::U32(32));
+    let e = llama_meta(&kvs).unwrap_err().to_string();
+    assert!(e.contains("disagrees"), "{e}");
 }

@@ -49,6 +49,17 @@ fn auto_export_reads_back_as_the_filler_in_both_dialects() {
         let p = export(&golden, dir.path(), dialect, "");
         let (src, model) = GgufSource::open(&p).unwrap();
         assert_eq!(src.meta().dialect, dialect);
+        if dialect == Dialect::LlamaCpp {
+            // The candidate prefilter is written as the forks spell it (spec §1.3).
+            let file = src.set().primary();
+            for key in [
+                "deepseek41.attention.candidate_source_layer_id",
+                "deepseek41.attention.candidate_topk_blocks",
+                "deepseek41.attention.candidate_block_size",
+            ] {
+                assert!(file.get(key).is_some(), "{key} not written");
+            }
+        }
         assert_eq!(
             model.cfg, cfg,
             "{dialect:?}: config differs; notes {:?}",

@@ -419,3 +419,44 @@ fn load_names_the_path_and_reports_missing_files() {
     let msg = Golden::load(&path).expect_err("not utf-8").to_string();
     assert!(msg.contains("not UTF-8"), "{msg}");
 }
+
+/// A fixture whose engram rows span several scale blocks (`engram_head_dim` 64 with
+/// `scale_block` 32) holds `rows x 2` scales per layer, row r's two consecutive.
+#[test]
+fn engram_rows_with_several_scale_blocks() {
+    let mut doc: serde_json::Value = serde_json::from_str(v3_text()).expect("json");
+    doc["fixture"]["engram_head_dim"] = 64.into();
+    doc["fixture"]["engram"]["head_dim"] = 64.into();
+    let short = serde_json::to_string(&doc).expect("ser");
+    let e = Golden::parse(&short, Path::new("wide.json"))
+        .expect_err("one scale per row is too few")
+        .to_string();
+    assert!(
+        e.contains("x head_dim / scale_block = 462 x 64 / 32"),
+        "{e}"
+    );
+    let scales = doc["fixture"]["engram"]["scales"]
+        .as_array_mut()
+        .expect("scales");
+    for layer in scales.iter_mut() {
+        let doubled: Vec<serde_json::Value> = layer
+            .as_array()
+            .expect("layer")
+            .iter()
+            .flat_map(|s| [s.clone(), s.clone()])
+            .collect();
+        *layer = serde_json::Value::Array(doubled);
+    }
+    let wide = serde_json::to_string(&doc).expect("ser");
+    let g = Golden::parse(&wide, Path::new("wide.json")).expect("two scales per row load");
+    let e = g.fixture.engram.as_ref().expect("engram");
+    assert_eq!(e.scales[0].len(), 2 * e.num_embeddings[0]);
+    // head_dim not a multiple of scale_block is refused.
+    doc["fixture"]["engram_head_dim"] = 48.into();
+    doc["fixture"]["engram"]["head_dim"] = 48.into();
+    let odd = serde_json::to_string(&doc).expect("ser");
+    let e = Golden::parse(&odd, Path::new("odd.json"))
+        .expect_err("48 is not whole blocks of 32")
+        .to_string();
+    assert!(e.contains("does not divide head_dim = 48"), "{e}");
+}

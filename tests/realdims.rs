@@ -35,7 +35,7 @@ fn param_list_equals_the_goldens_weights_meta() {
     ] {
         let golden = load(file);
         let (cfg, _) = golden_lens::session::model_of(&golden).expect("config");
-        let derived = param_list(&cfg);
+        let derived = param_list(&cfg).expect("the golden's geometry");
         let want = &golden.weights_meta;
         let names = |v: &[golden_lens::golden::WeightMeta]| -> Vec<String> {
             v.iter().map(|m| m.name.clone()).collect()
@@ -168,7 +168,7 @@ fn the_real_config_is_valid_and_lists_the_real_parameters() {
     // spec's table sizes follow from the prime rule above engram_vocab_size.
     let tables = EngramTables::derive(e).expect("tables");
     assert_eq!(tables.primes[0][0][0], 16_000_057, "first prime above 16M");
-    let list = param_list(&cfg);
+    let list = param_list(&cfg).expect("the real geometry");
     let get = |n: &str| {
         list.iter()
             .find(|m| m.name == n)
@@ -266,8 +266,11 @@ fn a_real_dims_block_runs_and_materialises_only_routed_experts() {
         .as_ref()
         .map(|e| EngramTables::derive(e).expect("tables"));
     let budget = 256usize << 20;
-    let source =
-        Arc::new(FillerSource::from_config("real dims", &cfg).with_cache_budget_bytes(budget));
+    let source = Arc::new(
+        FillerSource::from_config("real dims", &cfg)
+            .expect("the real geometry")
+            .with_cache_budget_bytes(budget),
+    );
     let weights: Arc<dyn WeightSource> = source.clone();
     let mut oracle = Oracle::new(cfg.clone(), weights, tables);
     let ids: Vec<i64> = vec![0, 98_765];

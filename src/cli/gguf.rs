@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Subcommand;
 use golden_lens::gguf::info::{build_report, InfoReport};
-use golden_lens::gguf::GgufSet;
+use golden_lens::gguf::{GgufError, GgufSet};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -16,12 +16,17 @@ const TEXT_STRING_PREVIEW_CHARS: usize = 96;
 #[derive(Subcommand, Debug)]
 pub enum GgufCmd {
     /// Print dialect, metadata, tensor table and census of a GGUF (any shard of a split set
-    /// opens the whole set). Exits 1 when a deepseek41 file fails validation.
+    /// opens the whole set; a shard whose siblings are missing is shown alone). Any valid GGUF
+    /// prints in full and exits 0, with a note when it is not a complete deepseek41 model;
+    /// exits 1 only when the file is not valid GGUF.
     Info {
         path: PathBuf,
         /// Machine-readable output (serde_json) instead of text.
         #[arg(long)]
         json: bool,
+        /// Exit 1 also when the file is not a complete, valid deepseek41 model.
+        #[arg(long)]
+        strict: bool,
     },
     /// Dequantize one tensor (or one expert slab of a merged 3-D expert tensor) to f32 and write
     /// it as a .npy v1.0 file, atomically (temp file + rename).
@@ -45,6 +50,13 @@ pub enum GgufCmd {
         /// Output path.
         #[arg(long)]
         out: PathBuf,
+        /// Give these layers (`A-B` or `N`) real data, quantized in each tensor's own type from
+        /// the filler, with the token embedding, output norm and head; the rest stay holes.
+        #[arg(long)]
+        fill_layers: Option<String>,
+        /// With --fill-layers: routed experts (the first N) filled in each expert tensor.
+        #[arg(long, default_value_t = 0, requires = "fill_layers")]
+        fill_experts: u64,
     },
     /// Write a tiny deepseek41 GGUF from a golden's fixture and filler weights.
     Export {
@@ -77,14 +89,22 @@ pub enum DialectArg {
 
 pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        GgufCmd::Info { path, json } => info(&path, json),
+        GgufCmd::Info { path, json, strict } => info(&path, json, strict),
         GgufCmd::Tensor {
             path,
             name,
             expert,
             npy,
         } => tensor(&path, &name, expert, &npy),
-        GgufCmd::Synth { layout, out } => synth(&layout, &out),
+        GgufCmd::Synth {
+            layout,
+            out,
+            fill_layers,
+            fill_experts,
+        } => match fill_layers {
+            Some(layers) => synth_filled(&layout, &out, &layers, fill_experts),
+            None => synth(&layout, &out),
+        },
         GgufCmd::Export {
             golden,
             out,
@@ -148,16 +168,36 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let set = GgufSet::open(path)?;
-    let report = build_report(&set)?;
+fn info(path: &Path, json: bool, strict: bool) -> anyhow::Result<ExitCode> {
+    // Not valid GGUF: say why and exit 1 (the one failure plain `info` reports).
+    let not_gguf = |e: &dyn std::fmt::Display| {
+        eprintln!("error: {e}");
+        ExitCode::from(1)
+    };
+    let (set, shard_note) = match GgufSet::open(path) {
+        Ok(set) => (set, None),
+        // A shard of an incomplete set (or a file whose split keys do not match its name):
+        // the file itself is valid GGUF, so show it alone.
+        Err(e @ GgufError::Split { .. }) => match GgufSet::single_file(path) {
+            Ok(set) => (set, Some(format!("shown alone, not as a split set: {e}"))),
+            Err(alone) => return Ok(not_gguf(&alone)),
+        },
+        Err(e) => return Ok(not_gguf(&e)),
+    };
+    let mut report = match build_report(&set) {
+        Ok(r) => r,
+        Err(e) => return Ok(not_gguf(&e)),
+    };
+    report.notes.extend(shard_note);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render_text(&report));
+        for note in &report.notes {
+            println!("note: {note}");
+        }
     }
-    let invalid = report.architecture_is_deepseek41() && report.deepseek41_error.is_some();
-    Ok(if invalid {
+    Ok(if strict && !report.is_complete_deepseek41() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -307,6 +347,38 @@ fn synth(layout: &str, out: &Path) -> anyhow::Result<ExitCode> {
         out.display(),
         layout.real_file_len(),
         RealLayout::REAL_DATA_OFFSET
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn synth_filled(layout: &str, out: &Path, layers: &str, experts: u64) -> anyhow::Result<ExitCode> {
+    use golden_lens::gguf::synth::RealLayout;
+    use golden_lens::model::synth_fill::{write_filled_layout, FillPlan};
+    let layout_kind = RealLayout::from_name(layout)
+        .with_context(|| format!("--layout {layout}: expected antirez-q2 or antirez-q4"))?;
+    let range = golden_lens::model::LayerRange::parse(layers)
+        .with_context(|| format!("--fill-layers {layers}"))?;
+    let started = std::time::Instant::now();
+    let plan = FillPlan {
+        layers: *range.start() as u64..=*range.end() as u64,
+        experts,
+        globals: true,
+    };
+    let r = write_filled_layout(out, layout_kind, &plan)
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "wrote {} ({layout}, layers {layers} filled, {experts} routed experts each): {} bytes \
+         apparent, {} bytes on disk ({:.2} GiB), {} bytes of tensor data in {} tensors, {} \
+         tensors left as holes, data at {}, {:.1} s",
+        out.display(),
+        r.file_len,
+        r.bytes_on_disk,
+        r.bytes_on_disk as f64 / f64::from(1u32 << 30),
+        r.bytes_written,
+        r.tensors_filled,
+        r.tensors_left_as_holes,
+        r.data_offset,
+        started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }

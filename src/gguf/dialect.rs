@@ -176,11 +176,12 @@ pub struct Deepseek41Meta {
     pub index_n_heads: u64,
     pub index_head_dim: u64,
     pub index_topk: u64,
-    /// ds4 only.
+    /// ds4 always; llama.cpp when the file stores the candidate keys (else the model builder
+    /// takes the first ratio-1 index source).
     pub candidate_source_layer_id: Option<u64>,
-    /// ds4 only.
+    /// Read, or the released 2048 when a llama.cpp file stores no candidate keys.
     pub candidate_topk_blocks: Option<u64>,
-    /// ds4 only.
+    /// Read, or the released 8 when a llama.cpp file stores no candidate keys.
     pub candidate_block_size: Option<u64>,
     pub hc_mult: u64,
     pub hc_sinkhorn_iters: u64,
@@ -559,11 +560,7 @@ fn read_llama(k: &Keys, warnings: &mut Vec<String>) -> Result<Deepseek41Meta> {
     m.index_n_heads = k.u64("attention.indexer.head_count")?;
     m.index_head_dim = k.u64("attention.indexer.key_length")?;
     m.index_topk = k.u64("attention.indexer.top_k")?;
-    // No llama.cpp port stores the candidate filter; golden-lens's tiny exports write it under
-    // these keys (an extension, read when present).
-    m.candidate_source_layer_id = k.opt_u64("attention.indexer.candidate_source_layer")?;
-    m.candidate_topk_blocks = k.opt_u64("attention.indexer.candidate_top_k_blocks")?;
-    m.candidate_block_size = k.opt_u64("attention.indexer.candidate_block_size")?;
+    read_llama_candidate_keys(k, &mut m, warnings)?;
     m.hc_mult = k.u64("hyper_connection.count")?;
     m.hc_sinkhorn_iters = match k.opt_u64("hyper_connection.sinkhorn_iterations")? {
         Some(v) => v,
@@ -617,6 +614,97 @@ fn read_llama(k: &Keys, warnings: &mut Vec<String>) -> Result<Deepseek41Meta> {
         },
     };
     Ok(m)
+}
+
+/// The llama.cpp dialect's candidate-prefilter keys as the forks that run V4.1 spell them
+/// (spec §1.3: smalinin's `llama-arch.cpp`, ik_llama.cpp), each followed by the aliases other
+/// readers accept (TensorSharp's `attention.indexer.*`, and golden-lens's own earlier exports).
+pub const LLAMA_CANDIDATE_KEYS: [(&str, &[&str]); 3] = [
+    (
+        "attention.candidate_source_layer_id",
+        &["attention.indexer.candidate_source_layer"],
+    ),
+    (
+        "attention.candidate_topk_blocks",
+        &[
+            "attention.indexer.candidate_top_k",
+            "attention.indexer.candidate_top_k_blocks",
+        ],
+    ),
+    (
+        "attention.candidate_block_size",
+        &["attention.indexer.candidate_block_size"],
+    ),
+];
+
+/// The released geometry's candidate prefilter, which loaders fall back to when a llama.cpp
+/// file stores no candidate keys (the public GGUFs predate them): `topk_blocks` blocks of
+/// `block_size`, the source being the first ratio-1 index source (layer 20).
+pub const RELEASED_CANDIDATE_TOPK_BLOCKS: u64 = 2048;
+/// See [`RELEASED_CANDIDATE_TOPK_BLOCKS`].
+pub const RELEASED_CANDIDATE_BLOCK_SIZE: u64 = 8;
+
+/// Reads the three candidate keys (each under its spelling or one alias; a key and its alias
+/// must not disagree), all three or none. With none, the released block count and size are
+/// used with a warning, and the source layer is left to the model builder (the first ratio-1
+/// index source, which needs the tensor table).
+fn read_llama_candidate_keys(
+    k: &Keys,
+    m: &mut Deepseek41Meta,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let mut values = [None; 3];
+    for (slot, (key, aliases)) in values.iter_mut().zip(LLAMA_CANDIDATE_KEYS) {
+        let mut found: Option<(String, u64)> = None;
+        for name in std::iter::once(key).chain(aliases.iter().copied()) {
+            if let Some(v) = k.opt_u64(name)? {
+                match &found {
+                    Some((first, w)) if *w != v => {
+                        return Err(k.bad(&k.key(name), format!("{v} disagrees with {first} = {w}")))
+                    }
+                    Some(_) => {}
+                    None => found = Some((k.key(name), v)),
+                }
+            }
+        }
+        *slot = found.map(|(_, v)| v);
+    }
+    match values {
+        [Some(source), Some(topk), Some(block)] => {
+            m.candidate_source_layer_id = Some(source);
+            m.candidate_topk_blocks = Some(topk);
+            m.candidate_block_size = Some(block);
+        }
+        [None, None, None] => {
+            warnings.push(format!(
+                "no candidate-prefilter keys ({}, {}, {} or their aliases): falling back to the \
+                 released geometry ({RELEASED_CANDIDATE_TOPK_BLOCKS} blocks of \
+                 {RELEASED_CANDIDATE_BLOCK_SIZE}, source = the first ratio-1 index source), as \
+                 the loaders that run V4.1 do",
+                k.key(LLAMA_CANDIDATE_KEYS[0].0),
+                k.key(LLAMA_CANDIDATE_KEYS[1].0),
+                k.key(LLAMA_CANDIDATE_KEYS[2].0)
+            ));
+            m.candidate_topk_blocks = Some(RELEASED_CANDIDATE_TOPK_BLOCKS);
+            m.candidate_block_size = Some(RELEASED_CANDIDATE_BLOCK_SIZE);
+        }
+        partial => {
+            let missing: Vec<String> = partial
+                .iter()
+                .zip(LLAMA_CANDIDATE_KEYS)
+                .filter(|(v, _)| v.is_none())
+                .map(|(_, (key, _))| k.key(key))
+                .collect();
+            return Err(k.bad(
+                &missing[0],
+                format!(
+                    "the candidate prefilter needs all three keys or none; missing {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn read_engram(
@@ -832,14 +920,16 @@ fn validate_engram(file: &GgufFile, p: &str, e: &EngramMeta, m: &Deepseek41Meta)
     if n == 0 {
         return Err(bad("layer_ids", "no engram layers listed".into()));
     }
-    for (i, &l) in e.layer_ids.iter().enumerate() {
+    // One pass with a set: the duplicate check stays linear however many layers a file lists.
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    for &l in &e.layer_ids {
         if l >= m.n_layers {
             return Err(bad(
                 "layer_ids",
                 format!("layer {l} is not below {} layers", m.n_layers),
             ));
         }
-        if e.layer_ids[..i].contains(&l) {
+        if !seen.insert(l) {
             return Err(bad("layer_ids", format!("layer {l} is listed twice")));
         }
     }
@@ -972,11 +1062,13 @@ fn validate_engram(file: &GgufFile, p: &str, e: &EngramMeta, m: &Deepseek41Meta)
     Ok(())
 }
 
-/// Checks each embedded engram table against the constants: present, the encoding's type and
-/// row width, `rows` rows.
+/// Checks each engram table against the constants: an embedded table is present with the
+/// encoding's type and row width and `rows` rows; a sidecar is opened (inside the GGUF's
+/// directory) and must hold `rows` rows from its offset. Either way every row count is backed
+/// by bytes before anything is built from it.
 pub fn validate_engram_tables(set: &GgufSet, e: &EngramMeta) -> Result<()> {
     if e.storage != EngramStorage::Embedded {
-        return Ok(());
+        return super::engram::EngramTables::open(set, e).map(|_| ());
     }
     let (ggml_type, ne0) = e.encoding.tensor_layout_for(e.head_dim);
     for (&layer, &rows) in e.layer_ids.iter().zip(&e.rows) {

@@ -10,9 +10,24 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
-/// Resolves a sidecar path written in a GGUF. Only relative paths without `..` are accepted, and
-/// after following symlinks the file must still be inside the GGUF's own directory.
-pub fn resolve_sidecar(gguf_path: &Path, raw: &str) -> Result<PathBuf> {
+/// A sidecar file opened for reading, with the path it resolved to and its size.
+#[derive(Debug)]
+pub struct Sidecar {
+    /// The canonical path of the file that was opened.
+    pub path: PathBuf,
+    /// The open file (read with positioned reads).
+    pub file: File,
+    /// Its size in bytes, from the open handle.
+    pub len: u64,
+}
+
+/// Opens a sidecar named in a GGUF. Only relative paths without `..` are accepted. The file is
+/// opened first (non-blocking, so a FIFO cannot hang the open), then what was opened is checked:
+/// a regular file, inside the GGUF's own directory after following symlinks, and the very file
+/// the checked path names (same device and inode), so no swap between check and use can
+/// substitute another file.
+pub fn open_sidecar(gguf_path: &Path, raw: &str) -> Result<Sidecar> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let err = |problem: String| GgufError::Sidecar {
         path: gguf_path.to_path_buf(),
         sidecar: raw.to_string(),
@@ -48,10 +63,24 @@ pub fn resolve_sidecar(gguf_path: &Path, raw: &str) -> Result<PathBuf> {
     let dir = dir
         .canonicalize()
         .map_err(|e| err(format!("cannot resolve the GGUF's directory: {e}")))?;
-    let resolved = dir
-        .join(rel)
+    let joined = dir.join(rel);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&joined)
+        .map_err(|e| err(format!("cannot open {}: {e}", joined.display())))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| err(format!("cannot stat the opened file: {e}")))?;
+    if !opened.is_file() {
+        return Err(err(format!(
+            "{} is not a regular file (a FIFO, device or directory cannot hold engram rows)",
+            joined.display()
+        )));
+    }
+    let resolved = joined
         .canonicalize()
-        .map_err(|e| err(format!("cannot open {}: {e}", dir.join(rel).display())))?;
+        .map_err(|e| err(format!("cannot resolve {}: {e}", joined.display())))?;
     if !resolved.starts_with(&dir) {
         return Err(err(format!(
             "resolves to {}, outside the GGUF's directory {} (a symlink leaving the directory?)",
@@ -59,7 +88,20 @@ pub fn resolve_sidecar(gguf_path: &Path, raw: &str) -> Result<PathBuf> {
             dir.display()
         )));
     }
-    Ok(resolved)
+    let named = std::fs::metadata(&resolved)
+        .map_err(|e| err(format!("cannot stat {}: {e}", resolved.display())))?;
+    if (named.dev(), named.ino()) != (opened.dev(), opened.ino()) {
+        return Err(err(format!(
+            "{} changed while it was being opened (the opened file is not the one the path \
+             names now)",
+            resolved.display()
+        )));
+    }
+    Ok(Sidecar {
+        path: resolved,
+        file,
+        len: opened.len(),
+    })
 }
 
 enum RowSource {
@@ -134,18 +176,12 @@ impl<'a> EngramTables<'a> {
                 } => {
                     let gguf = set.path();
                     let raw = paths.get(i).map(String::as_str).unwrap_or("");
-                    let path = resolve_sidecar(gguf, raw)?;
+                    let Sidecar { path, file, len } = open_sidecar(gguf, raw)?;
                     let sidecar_err = |problem: String| GgufError::Sidecar {
                         path: gguf.to_path_buf(),
                         sidecar: raw.to_string(),
                         problem,
                     };
-                    let file =
-                        File::open(&path).map_err(|e| sidecar_err(format!("cannot open: {e}")))?;
-                    let len = file
-                        .metadata()
-                        .map_err(|e| sidecar_err(format!("cannot stat: {e}")))?
-                        .len();
                     let offset = offsets.get(i).copied().unwrap_or(0);
                     let end = table_bytes.and_then(|b| b.checked_add(offset));
                     if end.is_none_or(|e| e > len) {

@@ -104,10 +104,12 @@ pub struct CensusRow {
     pub ggml_type: String,
     /// Tensors of this type.
     pub count: u64,
-    /// Their data bytes (tensors of unknown size count 0).
+    /// Their data bytes (tensors of unknown size count 0). Tensors never share a byte and lie
+    /// inside their shard, so this fits u64.
     pub bytes: u64,
-    /// Their elements.
-    pub n_elements: u64,
+    /// Their elements, summed in u128: each tensor's count is below 2^63, but a file may
+    /// list tensors of unknown type whose counts no data backs, and their sum must not wrap.
+    pub n_elements: u128,
     /// `8 · bytes / elements`, when both are known and non-zero.
     pub bits_per_weight: Option<f64>,
 }
@@ -146,6 +148,9 @@ pub struct InfoReport {
     pub deepseek41: Option<Value>,
     /// Warnings a loader would otherwise swallow.
     pub warnings: Vec<String>,
+    /// Why the file is not a complete deepseek41 model (empty when it is one): another
+    /// architecture, metadata that does not validate, a vocabulary-only file, a lone shard.
+    pub notes: Vec<String>,
     /// Metadata of shard 0 in file order.
     pub metadata: Vec<MetaRow>,
     /// Every tensor.
@@ -155,6 +160,12 @@ pub struct InfoReport {
 }
 
 impl InfoReport {
+    /// Whether the set is a complete deepseek41 model: a dialect detected, its metadata valid,
+    /// tensors present, and no note against it.
+    pub fn is_complete_deepseek41(&self) -> bool {
+        self.notes.is_empty()
+    }
+
     /// Whether the file calls itself deepseek41 (or the legacy `deepseek4`), so that a failed
     /// validation is a real problem rather than "some other model".
     pub fn architecture_is_deepseek41(&self) -> bool {
@@ -165,7 +176,7 @@ impl InfoReport {
     }
 }
 
-fn census_row(ggml_type: String, count: u64, bytes: u64, n_elements: u64) -> CensusRow {
+fn census_row(ggml_type: String, count: u64, bytes: u64, n_elements: u128) -> CensusRow {
     let bits_per_weight =
         (n_elements > 0 && bytes > 0).then(|| 8.0 * bytes as f64 / n_elements as f64);
     CensusRow {
@@ -208,7 +219,7 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut tensors = Vec::with_capacity(set.tensor_count());
-    let mut by_type: BTreeMap<(u32, String), (u64, u64, u64)> = BTreeMap::new();
+    let mut by_type: BTreeMap<(u32, String), (u64, u64, u128)> = BTreeMap::new();
     for (shard, file) in set.shards().iter().enumerate() {
         for t in file.tensors() {
             tensors.push(TensorRow {
@@ -224,17 +235,23 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
             let entry = by_type
                 .entry((t.ggml_type.id(), t.ggml_type.name()))
                 .or_default();
-            entry.0 += 1;
-            entry.1 += t.n_bytes.unwrap_or(0);
-            entry.2 += t.n_elements;
+            // Counts are bounded by the tensor table and bytes by the file; saturating keeps
+            // even a split set whose shards claim more than u64 from wrapping.
+            entry.0 = entry.0.saturating_add(1);
+            entry.1 = entry.1.saturating_add(t.n_bytes.unwrap_or(0));
+            entry.2 = entry.2.saturating_add(u128::from(t.n_elements));
         }
     }
     let mut census: Vec<CensusRow> = by_type
         .into_iter()
         .map(|((_, name), (count, bytes, n))| census_row(name, count, bytes, n))
         .collect();
-    let (count, bytes, n) = census.iter().fold((0, 0, 0), |acc, r| {
-        (acc.0 + r.count, acc.1 + r.bytes, acc.2 + r.n_elements)
+    let (count, bytes, n) = census.iter().fold((0u64, 0u64, 0u128), |acc, r| {
+        (
+            acc.0.saturating_add(r.count),
+            acc.1.saturating_add(r.bytes),
+            acc.2.saturating_add(r.n_elements),
+        )
     });
     census.push(census_row("total".into(), count, bytes, n));
 
@@ -252,6 +269,19 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
         .get("general.architecture")
         .and_then(MetaValue::as_str)
         .map(str::to_string);
+    let mut notes = Vec::new();
+    match (&architecture, &dialect, &deepseek41_error) {
+        (Some(a), _, _) if !matches!(a.as_str(), "deepseek41" | "deepseek4") => notes.push(
+            format!("not a deepseek41 model: general.architecture is {a:?}; shown as a plain GGUF"),
+        ),
+        (None, _, _) => notes
+            .push("no general.architecture: a valid GGUF, but not a deepseek41 model".to_string()),
+        (_, _, Some(e)) => notes.push(format!("not a complete deepseek41 model: {e}")),
+        _ => {}
+    }
+    if tensors.is_empty() {
+        notes.push("no tensors: a vocabulary-only (metadata-only) file".to_string());
+    }
     Ok(InfoReport {
         shards,
         architecture,
@@ -259,6 +289,7 @@ pub fn build_report(set: &GgufSet) -> Result<InfoReport> {
         deepseek41_error,
         deepseek41,
         warnings,
+        notes,
         metadata,
         tensors,
         census,

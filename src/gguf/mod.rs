@@ -17,7 +17,7 @@ pub mod value;
 pub mod writer;
 
 pub use dialect::{detect_dialect, Deepseek41Meta, Dialect, EngramMeta, EngramStorage};
-pub use engram::{resolve_sidecar, EngramTables};
+pub use engram::{open_sidecar, EngramTables, Sidecar};
 pub use error::{GgufError, Result};
 pub use ggml_type::GgmlType;
 pub use reader::{GgufFile, TensorInfo};

@@ -290,22 +290,31 @@ impl GgufFile {
     }
 
     /// Decodes an integer array (any integer element type) as u64; negative elements are errors.
+    /// Elements are decoded straight into the result (no wider intermediate), so memory is at
+    /// most 8 bytes per element whatever the element type.
     pub fn array_u64(&self, key: &str, arr: &MetaArray) -> Result<Vec<u64>> {
-        self.array_ints(key, arr)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                u64::try_from(v).map_err(|_| GgufError::BadMeta {
-                    path: self.path.clone(),
-                    key: key.to_string(),
-                    problem: format!("element {i} is {v}; expected a non-negative integer"),
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(arr.count as usize);
+        for (i, v) in self.int_elements(key, arr)?.enumerate() {
+            out.push(u64::try_from(v).map_err(|_| GgufError::BadMeta {
+                path: self.path.clone(),
+                key: key.to_string(),
+                problem: format!("element {i} is {v}; expected a non-negative integer"),
+            })?);
+        }
+        Ok(out)
     }
 
     /// Decodes an integer array (any integer element type) as i128, which holds every value.
     pub fn array_ints(&self, key: &str, arr: &MetaArray) -> Result<Vec<i128>> {
+        Ok(self.int_elements(key, arr)?.collect())
+    }
+
+    /// The elements of an integer array, decoded lazily from the map.
+    fn int_elements<'s>(
+        &'s self,
+        key: &str,
+        arr: &MetaArray,
+    ) -> Result<impl Iterator<Item = i128> + 's> {
         if !arr.elem_type.is_integer() {
             return Err(GgufError::MetaType {
                 path: self.path.clone(),
@@ -314,23 +323,19 @@ impl GgufFile {
                 found: format!("array<{}>", arr.elem_type),
             });
         }
-        let size = arr.elem_type.fixed_size().unwrap_or(1) as usize;
+        let elem_type = arr.elem_type;
+        let size = elem_type.fixed_size().unwrap_or(1) as usize;
         let bytes = self.mapped_slice(arr.data_offset, arr.byte_len, key)?;
-        let mut out = Vec::with_capacity(arr.count as usize);
-        for chunk in bytes.chunks_exact(size) {
-            let v: i128 = match arr.elem_type {
-                ValueType::U8 => chunk[0].into(),
-                ValueType::I8 => (chunk[0] as i8).into(),
-                ValueType::U16 => u16::from_le_bytes([chunk[0], chunk[1]]).into(),
-                ValueType::I16 => i16::from_le_bytes([chunk[0], chunk[1]]).into(),
-                ValueType::U32 => u32::from_le_bytes(le4(chunk)).into(),
-                ValueType::I32 => i32::from_le_bytes(le4(chunk)).into(),
-                ValueType::U64 => u64::from_le_bytes(le8(chunk)).into(),
-                _ => i64::from_le_bytes(le8(chunk)).into(),
-            };
-            out.push(v);
-        }
-        Ok(out)
+        Ok(bytes.chunks_exact(size).map(move |chunk| match elem_type {
+            ValueType::U8 => chunk[0].into(),
+            ValueType::I8 => (chunk[0] as i8).into(),
+            ValueType::U16 => u16::from_le_bytes([chunk[0], chunk[1]]).into(),
+            ValueType::I16 => i16::from_le_bytes([chunk[0], chunk[1]]).into(),
+            ValueType::U32 => u32::from_le_bytes(le4(chunk)).into(),
+            ValueType::I32 => i32::from_le_bytes(le4(chunk)).into(),
+            ValueType::U64 => u64::from_le_bytes(le8(chunk)).into(),
+            _ => i64::from_le_bytes(le8(chunk)).into(),
+        }))
     }
 
     /// Decodes a float array (f32 or f64 elements; integers are accepted too) as f64.
@@ -350,11 +355,7 @@ impl GgufFile {
                     })
                     .collect())
             }
-            t if t.is_integer() => Ok(self
-                .array_ints(key, arr)?
-                .into_iter()
-                .map(|v| v as f64)
-                .collect()),
+            t if t.is_integer() => Ok(self.int_elements(key, arr)?.map(|v| v as f64).collect()),
             other => Err(GgufError::MetaType {
                 path: self.path.clone(),
                 key: key.to_string(),
@@ -374,13 +375,16 @@ impl GgufFile {
                 found: format!("array<{}>", arr.elem_type),
             });
         }
-        self.array_values(arr, None)?
-            .into_iter()
-            .map(|v| match v {
-                MetaValue::String(s) => Ok(s),
-                other => Err(self.type_error(key, "a string element", &other)),
-            })
-            .collect()
+        // Decoded one by one into the result: each element costs its text plus a `String`
+        // header, against at least 8 bytes (its length prefix) in the file.
+        let bytes = self.map.as_deref().unwrap_or(&[]);
+        let mut cur = SliceCursor::new(bytes, &self.path, arr.data_offset);
+        let mut out = Vec::with_capacity(arr.count as usize);
+        for i in 0..arr.count {
+            let field = || format!("{key}: string element {i} at offset {}", arr.data_offset);
+            out.push(read_string(&mut cur, &field)?);
+        }
+        Ok(out)
     }
 
     fn mapped_slice(&self, offset: u64, len: u64, what: &str) -> Result<&[u8]> {

@@ -108,6 +108,23 @@ impl GgufSet {
         })
     }
 
+    /// One file alone as a one-shard set, without the split-set checks: for reporting on a
+    /// shard whose siblings are absent (`gguf info`). Tensor names are unique within a file
+    /// (the reader refuses duplicates), so the index is exact.
+    pub fn single_file(path: impl AsRef<Path>) -> Result<Self> {
+        let file = GgufFile::open(path.as_ref())?;
+        let tensor_index = file
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(t, info)| (info.name.clone(), (0, t)))
+            .collect();
+        Ok(GgufSet {
+            shards: vec![file],
+            tensor_index,
+        })
+    }
+
     /// The shards in order (one for a plain file).
     pub fn shards(&self) -> &[GgufFile] {
         &self.shards

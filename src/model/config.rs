@@ -12,11 +12,31 @@ pub struct ConfigError {
     pub msg: String,
 }
 
-fn bad(field: &str, msg: impl Into<String>) -> ConfigError {
+pub(crate) fn bad(field: &str, msg: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.to_string(),
         msg: msg.into(),
     }
+}
+
+/// `list` holds layer ids strictly ascending and each below `n_layers`.
+fn ascending_layers(field: &str, list: &[usize], n_layers: usize) -> Result<(), ConfigError> {
+    if let Some(&l) = list.iter().find(|&&l| l >= n_layers) {
+        return Err(bad(
+            field,
+            format!("layer {l} is not below n_layers {n_layers}"),
+        ));
+    }
+    if let Some(w) = list.windows(2).find(|w| w[1] <= w[0]) {
+        return Err(bad(
+            field,
+            format!(
+                "layer {} follows layer {}: the list must be strictly ascending (no layer twice)",
+                w[1], w[0]
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// MoE gate score function (`ModelArgs.score_func`).
@@ -325,22 +345,20 @@ impl ModelConfig {
                 ),
             ));
         }
+        // Strictly ascending lists: no duplicates, at most n_layers entries, and `role()` can
+        // look a layer up by binary search (validation and every per-layer lookup stay linear
+        // or near-linear in the layer count however long a file makes the lists).
         for (field, list) in [
             ("kv_source_layers", &self.kv_source_layers),
             ("index_source_layers", &self.index_source_layers),
         ] {
-            for &l in list {
-                if l >= self.n_layers {
-                    return Err(bad(
-                        field,
-                        format!("layer {l} is not below n_layers {}", self.n_layers),
-                    ));
-                }
-                if self.compress_ratios[l] == 0 {
-                    return Err(bad(field, format!("layer {l} has compress ratio 0")));
-                }
+            ascending_layers(field, list, self.n_layers)?;
+            if let Some(&l) = list.iter().find(|&&l| self.compress_ratios[l] == 0) {
+                return Err(bad(field, format!("layer {l} has compress ratio 0")));
             }
         }
+        let first_kv_source = self.kv_source_layers.first().copied();
+        let first_index_source = self.index_source_layers.first().copied();
         for l in 0..self.n_layers {
             let r = self.compress_ratios[l];
             if r > 0 && self.max_seq_len % r != 0 {
@@ -349,36 +367,34 @@ impl ModelConfig {
                     format!("layer {l}: ratio {r} must divide max_seq_len"),
                 ));
             }
-            if r > 0 && !self.kv_source_layers.contains(&l) {
-                // A consumer reads the shared slots; some earlier kv source must exist.
-                if !self.kv_source_layers.iter().any(|&s| s < l) {
-                    return Err(bad(
-                        "kv_source_layers",
-                        format!("layer {l} (ratio {r}) has no earlier kv source"),
-                    ));
-                }
+            // A consumer reads the shared slots; some earlier kv source must exist (a source
+            // itself is fine: the lists are ascending, so "the first source is at or before l"
+            // is the whole condition).
+            if r > 0 && first_kv_source.is_none_or(|s| s > l) {
+                return Err(bad(
+                    "kv_source_layers",
+                    format!("layer {l} (ratio {r}) has no earlier kv source"),
+                ));
             }
-            if r > 0
-                && !self.index_source_layers.contains(&l)
-                && !self.index_source_layers.iter().any(|&s| s < l)
-            {
+            if r > 0 && first_index_source.is_none_or(|s| s > l) {
                 return Err(bad(
                     "index_source_layers",
                     format!("layer {l} (ratio {r}) has no earlier index source"),
                 ));
             }
         }
-        for &l in &self.index_source_layers {
-            if !self.kv_source_layers.contains(&l) && !self.kv_source_layers.iter().any(|&s| s < l)
-            {
-                return Err(bad(
-                    "index_source_layers",
-                    format!("layer {l} needs index keys from an earlier kv source"),
-                ));
-            }
+        if let Some(&l) = self
+            .index_source_layers
+            .iter()
+            .find(|&&l| first_kv_source.is_none_or(|s| s > l))
+        {
+            return Err(bad(
+                "index_source_layers",
+                format!("layer {l} needs index keys from an earlier kv source"),
+            ));
         }
         if let Some(c) = self.candidate_source_layer {
-            if c >= self.n_layers || !self.index_source_layers.contains(&c) {
+            if c >= self.n_layers || self.index_source_layers.binary_search(&c).is_err() {
                 return Err(bad(
                     "candidate_source_layer",
                     format!("layer {c} must be an index source"),
@@ -427,32 +443,27 @@ impl ModelConfig {
                     "needs one entry per engram layer",
                 ));
             }
-            for &l in &e.layer_ids {
-                if l >= self.n_layers {
-                    return Err(bad(
-                        "engram_layer_ids",
-                        format!("layer {l} is not below n_layers"),
-                    ));
-                }
-            }
+            ascending_layers("engram_layer_ids", &e.layer_ids, self.n_layers)?;
         }
+        crate::model::params::parameter_elements(self)?;
         Ok(())
     }
 
-    /// Role of layer `l` in the shared compressed-attention scheme.
+    /// Role of layer `l` in the shared compressed-attention scheme (the layer lists are
+    /// ascending once [`validate`](Self::validate) passed, so each lookup is a binary search).
     pub fn role(&self, l: usize) -> LayerRole {
         let ratio = self.compress_ratios.get(l).copied().unwrap_or(0);
         let candidate_source = self.candidate_source_layer == Some(l);
         LayerRole {
             ratio,
-            kv_source: self.kv_source_layers.contains(&l),
-            index_source: self.index_source_layers.contains(&l),
+            kv_source: self.kv_source_layers.binary_search(&l).is_ok(),
+            index_source: self.index_source_layers.binary_search(&l).is_ok(),
             candidate_source,
             candidate_consumer: matches!(self.candidate_source_layer, Some(c) if c < l),
             engram_index: self
                 .engram
                 .as_ref()
-                .and_then(|e| e.layer_ids.iter().position(|&x| x == l)),
+                .and_then(|e| e.layer_ids.binary_search(&l).ok()),
         }
     }
 

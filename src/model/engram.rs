@@ -117,12 +117,13 @@ impl EngramTables {
     /// Derive the tables with the reference's rules (identity token map, as the fixture has no
     /// tokenizer).
     pub fn derive(cfg: &EngramConfig) -> Result<EngramTables, EngramError> {
+        check_derivable(cfg)?;
         let token_map: Vec<i64> = (0..cfg.compressed_vocab_size as i64).collect();
         let pad = usize::try_from(cfg.pad_id)
             .ok()
             .and_then(|p| token_map.get(p).copied())
             .ok_or_else(|| EngramError(format!("pad id {} outside the token map", cfg.pad_id)))?;
-        let primes = derive_primes(cfg);
+        let primes = derive_primes(cfg)?;
         let offsets = primes
             .iter()
             .map(|layer| {
@@ -286,18 +287,55 @@ fn is_prime(n: i64) -> bool {
 
 /// Table rows per engram layer under the reference's prime rule (the sum of its primes): what
 /// `engram_num_embeddings` must be for a config whose tables are derived.
-pub fn derived_rows(cfg: &EngramConfig) -> Vec<usize> {
-    derive_primes(cfg)
+pub fn derived_rows(cfg: &EngramConfig) -> Result<Vec<usize>, EngramError> {
+    Ok(derive_primes(cfg)?
         .iter()
         .map(|l| l.iter().flatten().sum::<i64>() as usize)
-        .collect()
+        .collect())
+}
+
+/// Largest vocabulary (raw or compressed) whose engram tables are derived rather than read:
+/// the real model's 16,000,000 raw ids fit with room to spare. The derivation allocates the
+/// compressed token map and tests primes by trial division from the raw vocabulary up, so a
+/// size a fixture merely states must not reach it unbounded.
+pub const MAX_DERIVED_VOCAB: usize = 1 << 25;
+
+/// Most hash primes a derivation searches for (layers x n-gram orders x heads); the real model
+/// has 2 x 3 x 8 = 48.
+pub const MAX_DERIVED_PRIMES: usize = 1 << 16;
+
+/// Whether the tables of `cfg` can be derived within the bounds above.
+fn check_derivable(cfg: &EngramConfig) -> Result<(), EngramError> {
+    if cfg.vocab_size > MAX_DERIVED_VOCAB || cfg.compressed_vocab_size > MAX_DERIVED_VOCAB {
+        return Err(EngramError(format!(
+            "engram vocab {} / compressed vocab {} exceed {MAX_DERIVED_VOCAB}: tables that large \
+             must be read from the file, not derived",
+            cfg.vocab_size, cfg.compressed_vocab_size
+        )));
+    }
+    let primes = cfg
+        .layer_ids
+        .len()
+        .checked_mul(cfg.max_ngram_size.saturating_sub(1))
+        .and_then(|x| x.checked_mul(cfg.n_heads));
+    if primes.is_none_or(|p| p > MAX_DERIVED_PRIMES) {
+        return Err(EngramError(format!(
+            "{} layers x {} n-gram orders x {} heads need more than {MAX_DERIVED_PRIMES} primes",
+            cfg.layer_ids.len(),
+            cfg.max_ngram_size.saturating_sub(1),
+            cfg.n_heads
+        )));
+    }
+    Ok(())
 }
 
 /// Per layer, per n-gram size the search restarts at `vocab_size - 1`; each head takes the next
 /// prime above the current value that no earlier (layer, size, head) has used.
-fn derive_primes(cfg: &EngramConfig) -> Vec<Vec<Vec<i64>>> {
+fn derive_primes(cfg: &EngramConfig) -> Result<Vec<Vec<Vec<i64>>>, EngramError> {
+    check_derivable(cfg)?;
     let mut used = std::collections::HashSet::new();
-    cfg.layer_ids
+    Ok(cfg
+        .layer_ids
         .iter()
         .map(|_| {
             (2..=cfg.max_ngram_size)
@@ -317,7 +355,7 @@ fn derive_primes(cfg: &EngramConfig) -> Vec<Vec<Vec<i64>>> {
                 })
                 .collect()
         })
-        .collect()
+        .collect())
 }
 
 /// numpy's PCG64 (XSL-RR 128/64) seeded from a SeedSequence of one integer entropy value.

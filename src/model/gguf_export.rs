@@ -29,7 +29,7 @@
 //! Keys the llama.cpp dialect lacks but the model needs are written as golden-lens extensions:
 //! `deepseek41.attention.indexer.candidate_{source_layer,top_k_blocks,block_size}`.
 
-use crate::gguf::dialect::Dialect;
+use crate::gguf::dialect::{Dialect, LLAMA_CANDIDATE_KEYS};
 use crate::gguf::ggml_type::GgmlType;
 use crate::gguf::quant::encode::quantize;
 use crate::gguf::quant::EngramEncoding;
@@ -657,7 +657,14 @@ fn ds4_metadata(
     let (Some(ec), Some(t)) = (engram, tables) else {
         return Ok(None);
     };
-    let encoding = EngramEncoding::e4m3_with_values(u32_of(ec.head_dim)?).name();
+    let encoding = EngramEncoding::e4m3_with_values(u32_of(ec.head_dim)?)
+        .ok_or_else(|| {
+            ExportError::Types(format!(
+                "engram head dim {} is not a positive multiple of 32 (one E8M0 scale per 32 codes)",
+                ec.head_dim
+            ))
+        })?
+        .name();
     let (primes, _, mults, map) = engram_flat(t);
     w.add(&p("engram.encoding"), GgufValue::string(encoding.clone()))?;
     w.add(&p("engram.layer_ids"), u32s(&ec.layer_ids)?)?;
@@ -754,16 +761,12 @@ fn llama_metadata(
         i32s(&cfg.compress_ratios[..cfg.n_layers])?,
     )?;
     if let Some(c) = cfg.candidate_source_layer {
+        // The forks' spelling (spec §1.3), the first name of each entry of the reader's table.
+        let [(source, _), (topk, _), (block, _)] = LLAMA_CANDIDATE_KEYS;
         for (k, v) in [
-            ("attention.indexer.candidate_source_layer", c),
-            (
-                "attention.indexer.candidate_top_k_blocks",
-                cfg.candidate_topk_blocks,
-            ),
-            (
-                "attention.indexer.candidate_block_size",
-                cfg.candidate_block_size,
-            ),
+            (source, c),
+            (topk, cfg.candidate_topk_blocks),
+            (block, cfg.candidate_block_size),
         ] {
             w.add(&p(k), GgufValue::U32(u32_of(v)?))?;
         }

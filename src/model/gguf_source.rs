@@ -23,7 +23,7 @@ use crate::gguf::{EngramTables as GgufEngramTables, GgufError, GgufSet};
 use crate::golden::{EngramFixture, StorageDtype};
 use crate::model::config::{ConfigError, EngramConfig, ModelConfig, ScoreFunc};
 use crate::model::engram::{EngramError, EngramTables};
-use crate::model::params::{param_list, ENGRAM_SCALE_BLOCK};
+use crate::model::params::{param_groups, ParamName, ENGRAM_SCALE_BLOCK, EXPERT_PROJECTIONS};
 use crate::model::weights::{WeightError, WeightSource};
 use crate::num::bf16_round;
 use std::collections::HashMap;
@@ -142,10 +142,28 @@ pub fn model_from_gguf(set: &GgufSet, meta: &Deepseek41Meta) -> Result<GgufModel
             ls
         }
     };
-    let candidate_source_layer = meta.candidate_source_layer_id.map(usize_of);
-    if candidate_source_layer.is_none() {
-        notes.push("no candidate-filter keys: running without the candidate filter".into());
-    }
+    let candidate_source_layer = match meta.candidate_source_layer_id {
+        Some(l) => Some(usize_of(l)),
+        // A llama.cpp file without candidate keys: the released geometry's source, the first
+        // ratio-1 index source (the dialect reader already warned and set blocks and size).
+        None if meta.candidate_topk_blocks.is_some() => {
+            let source = index_source_layers
+                .iter()
+                .copied()
+                .find(|&l| meta.compress_ratios.get(l).copied() == Some(1));
+            notes.push(match source {
+                Some(l) => format!(
+                    "candidate source layer {l}: no candidate keys, the first ratio-1 index source"
+                ),
+                None => "no candidate keys and no ratio-1 index source: no candidate filter".into(),
+            });
+            source
+        }
+        None => {
+            notes.push("no candidate-filter keys: running without the candidate filter".into());
+            None
+        }
+    };
     let rope = meta.rope_scaling.clone();
     if rope.is_none() {
         notes.push("no rope scaling keys: YaRN factor 1 (no extension)".into());
@@ -205,6 +223,7 @@ pub fn model_from_gguf(set: &GgufSet, meta: &Deepseek41Meta) -> Result<GgufModel
         gate_temp: 1.0,
         max_seq_len: usize_of(meta.max_position_embeddings),
     };
+    check_layers_present(set, cfg.n_layers)?;
     cfg.validate()?;
     let tables = match (&cfg.engram, &meta.engram) {
         (Some(ec), Some(e)) => Some(engram_tables(ec, e)?),
@@ -357,11 +376,50 @@ impl GgufSource {
                 EngramEncoding::E4m3E8m0Row264 | EngramEncoding::E4m3E8m0Row { .. }
             )
         });
-        for p in param_list(cfg) {
-            let bf16 = p.dtype == StorageDtype::Bf16;
-            if let Some(entry) = map_param(&set, &meta, dialect, e4m3, &p.name, bf16) {
-                entries.insert(p.name, entry);
+        let mut holds_experts = false;
+        for g in param_groups(cfg)? {
+            let bf16 = g.dtype == StorageDtype::Bf16;
+            match g.name {
+                ParamName::Experts { layer, count } => {
+                    for (proj, _) in EXPERT_PROJECTIONS {
+                        // Experts are listed only where a merged tensor holds them, and only as
+                        // many as it holds: the count a file claims never outruns its bytes.
+                        let probe = ParamName::expert_name(layer, 0, proj);
+                        let Some(loc) = reference_to_gguf(dialect, &probe) else {
+                            continue;
+                        };
+                        let Some((_, t)) = set.tensor(&loc.tensor) else {
+                            continue;
+                        };
+                        check_expert_tensor(&set, t, count)?;
+                        holds_experts = true;
+                        for ex in 0..count {
+                            let name = ParamName::expert_name(layer, ex, proj);
+                            if let Some(entry) = map_param(&set, &meta, dialect, e4m3, &name, bf16)
+                            {
+                                entries.insert(name, entry);
+                            }
+                        }
+                    }
+                }
+                single => {
+                    let name = single.single_name().unwrap_or_default();
+                    if let Some(entry) = map_param(&set, &meta, dialect, e4m3, &name, bf16) {
+                        entries.insert(name, entry);
+                    }
+                }
             }
+        }
+        if cfg.n_routed_experts > 0 && !holds_experts {
+            return Err(GgufModelError::Meta {
+                path: set.path().display().to_string(),
+                key: "n_routed_experts / expert_count".into(),
+                msg: format!(
+                    "{} routed experts, but the file holds no merged expert tensor \
+                     (blk.L.ffn_{{gate,up,down}}_exps.weight) to back them",
+                    cfg.n_routed_experts
+                ),
+            });
         }
         Ok(GgufSource {
             set,
@@ -452,7 +510,8 @@ impl GgufSource {
         rows: &[usize],
     ) -> Result<Vec<f32>, WeightError> {
         let n_rows = entry.shape.first().copied().unwrap_or(0);
-        let width: usize = entry.shape.iter().skip(1).product();
+        let width = checked_product(&entry.shape[entry.shape.len().min(1)..])
+            .ok_or_else(|| self.err(name, format!("row width of {:?} overflows", entry.shape)))?;
         if let Some(&r) = rows.iter().find(|&&r| r >= n_rows) {
             return Err(WeightError::Invalid {
                 name: name.to_string(),
@@ -467,12 +526,39 @@ impl GgufSource {
         let mut out = Vec::with_capacity(rows.len().saturating_mul(width));
         match &entry.origin {
             Origin::Whole(t) => {
-                for &r in rows {
-                    let v = self
+                // A torch row of a [d_k, .., d_1, ne0] tensor spans `width / ne0` ggml rows of
+                // ne0 values (one for a matrix, ne1 for a 3-D tensor); a 1-D tensor's rows are
+                // single values of its one ggml row.
+                let ne0 = entry.shape.last().copied().unwrap_or(1).max(1);
+                if entry.shape.len() == 1 {
+                    let all = self
                         .set
-                        .tensor_rows_f32(t, r as u64..r as u64 + 1)
+                        .tensor_rows_f32(t, 0..1)
                         .map_err(|x| self.err(name, x))?;
-                    out.extend(v);
+                    for &r in rows {
+                        out.push(all.get(r).copied().ok_or_else(|| {
+                            self.err(name, format!("row {r} is outside the decoded {ne0} values"))
+                        })?);
+                    }
+                } else {
+                    let per_row = (width / ne0) as u64;
+                    // One read per run of consecutive rows (a streamed head chunk is one run).
+                    let mut i = 0;
+                    while i < rows.len() {
+                        let mut j = i + 1;
+                        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+                            j += 1;
+                        }
+                        // Bounded by the tensor's row count, checked above.
+                        let first = rows[i] as u64 * per_row;
+                        let end = (rows[j - 1] as u64 + 1) * per_row;
+                        let v = self
+                            .set
+                            .tensor_rows_f32(t, first..end)
+                            .map_err(|x| self.err(name, x))?;
+                        out.extend(v);
+                        i = j;
+                    }
                 }
             }
             Origin::Expert(t, x) => {
@@ -515,9 +601,84 @@ impl GgufSource {
                     out.extend(v);
                 }
             }
-            Origin::UnitScales(_) => out.resize(rows.len() * width, 1.0),
+            Origin::UnitScales(_) => out.resize(rows.len().saturating_mul(width), 1.0),
+        }
+        if out.len() != rows.len().saturating_mul(width) {
+            return Err(self.err(
+                name,
+                format!(
+                    "decoded {} values for {} rows of {width}",
+                    out.len(),
+                    rows.len()
+                ),
+            ));
         }
         Ok(self.finish(entry, out))
+    }
+}
+
+/// `Π dims`, or `None` when it overflows `usize`.
+fn checked_product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+/// A merged expert tensor must be `[ne0, ne1, n_routed_experts]` and hold at least one byte per
+/// expert, so the expert count the metadata claims is one the file can hold.
+fn check_expert_tensor(
+    set: &GgufSet,
+    t: &crate::gguf::TensorInfo,
+    n_experts: usize,
+) -> Result<(), GgufModelError> {
+    let holds = t.dims.len() == 3
+        && t.dims[2] == n_experts as u64
+        && t.n_elements > 0
+        && t.n_bytes.is_some_and(|b| b >= n_experts as u64);
+    if holds {
+        Ok(())
+    } else {
+        Err(GgufModelError::Meta {
+            path: set.path().display().to_string(),
+            key: "n_routed_experts / expert_count".into(),
+            msg: format!(
+                "{n_experts} routed experts, but the merged expert tensor {} is {} {:?} ({} bytes): \
+                 expected dims [ne0, ne1, {n_experts}] with data for every expert",
+                t.name,
+                t.ggml_type,
+                t.dims,
+                t.n_bytes.map_or("unknown".to_string(), |b| b.to_string())
+            ),
+        })
+    }
+}
+
+/// Every backbone layer `0..n_layers` must hold at least one `blk.L.*` tensor: a layer count
+/// the tensors do not back is refused before anything is built per layer. `n_layers` is
+/// already bounded by the metadata's per-layer `compress_ratios` array.
+fn check_layers_present(set: &GgufSet, n_layers: usize) -> Result<(), GgufModelError> {
+    let mut present = vec![false; n_layers];
+    for file in set.shards() {
+        for t in file.tensors() {
+            let layer = t
+                .name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|n| n.parse::<usize>().ok());
+            if let Some(slot) = layer.and_then(|l| present.get_mut(l)) {
+                *slot = true;
+            }
+        }
+    }
+    match present.iter().position(|&p| !p) {
+        None => Ok(()),
+        Some(l) => Err(GgufModelError::Meta {
+            path: set.path().display().to_string(),
+            key: "num_hidden_layers / block_count".into(),
+            msg: format!(
+                "{n_layers} layers, but the file holds no tensor of layer {l} (blk.{l}.*); \
+                 {} of {n_layers} layers have tensors",
+                present.iter().filter(|&&p| p).count()
+            ),
+        }),
     }
 }
 
@@ -629,7 +790,8 @@ impl WeightSource for GgufSource {
             return Ok(t);
         }
         let entry = self.entry(name)?;
-        let n: usize = entry.shape.iter().product();
+        let n = checked_product(&entry.shape)
+            .ok_or_else(|| self.err(name, format!("shape {:?} overflows", entry.shape)))?;
         if n > GGUF_MAX_TENSOR_ELEMENTS {
             return Err(WeightError::Invalid {
                 name: name.to_string(),

@@ -5,7 +5,7 @@
 //! Also the multiply-add count of one block, for throughput figures.
 
 use crate::golden::{StorageDtype, WeightKind, WeightMeta};
-use crate::model::config::ModelConfig;
+use crate::model::config::{bad, ConfigError, ModelConfig};
 
 /// Elements per e8m0 scale of an engram table row (spec §3.2 `scale_block`).
 pub const ENGRAM_SCALE_BLOCK: usize = 32;
@@ -43,141 +43,277 @@ pub fn filler_rule(name: &str, shape: &[usize]) -> (f64, f64, WeightKind) {
     }
 }
 
-/// Appends entries in order, applying the rule; `dtype` is the reference module's storage.
-struct ListBuilder {
-    out: Vec<WeightMeta>,
+/// The name of one [`ParamGroup`]: a global parameter, one of layer `layer`'s parameters, or
+/// the `count` routed experts of one layer (each `w1` and `w3` of the group's shape
+/// `[inter, dim]`, `w2` its transpose). Names are static pieces, so walking the geometry
+/// allocates nothing per parameter, and grouping keeps every walk linear in the layer count
+/// whatever expert count a file claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamName {
+    Global(&'static str),
+    Layer { layer: usize, suffix: &'static str },
+    Experts { layer: usize, count: usize },
 }
 
-impl ListBuilder {
-    fn push(&mut self, name: String, shape: Vec<usize>, dtype: StorageDtype) {
-        let (scale, offset, kind) = filler_rule(&name, &shape);
-        let n = shape.iter().product();
-        self.out.push(WeightMeta {
-            name,
-            shape,
-            n,
-            scale,
-            offset,
-            kind,
-            dtype,
-            // Not computed: the checksum would need every parameter materialised (spec §3.5),
-            // which at real dims is hundreds of GB. Goldens carry it; derived lists do not.
-            ck: 0.0,
-        });
+/// The three projections of a routed expert, in `named_parameters()` order, and whether each
+/// is stored transposed relative to the group's `[inter, dim]` shape.
+pub const EXPERT_PROJECTIONS: [(&str, bool); 3] = [("w1", false), ("w2", true), ("w3", false)];
+
+impl ParamName {
+    /// The reference name of projection `proj` of expert `expert` in layer `layer`.
+    pub fn expert_name(layer: usize, expert: usize, proj: &str) -> String {
+        format!("layers.{layer}.ffn.experts.{expert}.{proj}.weight")
+    }
+
+    /// The reference name of a single parameter (`None` for an expert group).
+    pub fn single_name(&self) -> Option<String> {
+        match self {
+            ParamName::Global(name) => Some((*name).to_string()),
+            ParamName::Layer { layer, suffix } => Some(format!("layers.{layer}.{suffix}")),
+            ParamName::Experts { .. } => None,
+        }
+    }
+
+    /// A label for messages (`layers.3.ffn.experts.*` for a group).
+    fn label(&self) -> String {
+        match self {
+            ParamName::Experts { layer, .. } => format!("layers.{layer}.ffn.experts.*"),
+            other => other.single_name().unwrap_or_default(),
+        }
     }
 }
 
-/// Every parameter of the graph `cfg` describes, in `model.named_parameters()` order (spec
-/// §4.3): `embed.weight`, layers `0..n_layers`, `norm.weight`, `head.weight`. Per layer: the hc
-/// mixes, attention, compressor (kv sources; `wgate` only at ratio > 1), indexer (index sources;
-/// `wk`/`k_norm` only where the layer is also a kv source), gate, routed and shared experts, the
-/// engram (engram layers), then the two block norms. `ck` is left 0.0 (not computed).
+/// One parameter (or one layer's routed experts) with its torch shape, its element count
+/// (checked: it fits `usize`) and its storage dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamGroup {
+    pub name: ParamName,
+    pub shape: Vec<usize>,
+    /// Elements of one parameter (of one expert projection for a group).
+    pub n: usize,
+    pub dtype: StorageDtype,
+}
+
+/// `a · b` for shape arithmetic, or a config error naming the field whose size overflows.
+fn mul(field: &str, a: usize, b: usize) -> Result<usize, ConfigError> {
+    a.checked_mul(b).ok_or_else(|| {
+        bad(
+            field,
+            format!("{a} x {b} overflows usize (a shape no machine can hold)"),
+        )
+    })
+}
+
+/// Receives each parameter of the walk: name, torch shape, checked element count, dtype.
+type Visit<'a> =
+    dyn FnMut(ParamName, &[usize], usize, StorageDtype) -> Result<(), ConfigError> + 'a;
+
+/// Checks a shape's element count and hands the parameter on.
+fn emit(
+    f: &mut Visit<'_>,
+    name: ParamName,
+    shape: &[usize],
+    dtype: StorageDtype,
+) -> Result<(), ConfigError> {
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let n = n.ok_or_else(|| {
+        bad(
+            "shape",
+            format!(
+                "parameter `{}` of shape {shape:?} has more elements than usize holds",
+                name.label()
+            ),
+        )
+    })?;
+    f(name, shape, n, dtype)
+}
+
+/// Walks every parameter of the graph `cfg` describes, in `model.named_parameters()` order
+/// (spec §4.3), each layer's routed experts as one group: `embed.weight`, layers
+/// `0..n_layers`, `norm.weight`, `head.weight`. Per layer: the hc mixes, attention, compressor
+/// (kv sources; `wgate` only at ratio > 1), indexer (index sources; `wk`/`k_norm` only where
+/// the layer is also a kv source), gate, routed and shared experts, the engram (engram
+/// layers), then the two block norms. Every shape product is checked, so a hostile geometry is
+/// an error here and never a wrapped size.
 ///
 /// The vision-only routing bias `gate.bias_vl` is not listed: `ModelConfig` has no vision
 /// layers, and the reference registers it only when `vision_n_layers > 0`.
-pub fn param_list(cfg: &ModelConfig) -> Vec<WeightMeta> {
+fn walk_params(cfg: &ModelConfig, f: &mut Visit<'_>) -> Result<(), ConfigError> {
     use StorageDtype::{Bf16, F8E4m3, F8E8m0, F32};
     let (d, hc, hd) = (cfg.dim, cfg.hc_mult, cfg.head_dim);
-    let mix = cfg.mix_hc();
-    let mut b = ListBuilder { out: Vec::new() };
-    b.push("embed.weight".into(), vec![cfg.vocab_size, d], Bf16);
+    let mix = mul("hc_mult", 2usize.saturating_add(hc), hc)?;
+    let hc_d = mul("hc_mult", hc, d)?;
+    let q_heads = mul("n_heads", cfg.n_heads, hd)?;
+    let g = cfg.o_groups.max(1);
+    let o_rank = mul("o_lora_rank", g, cfg.o_lora_rank)?;
+    let (ih, ihd) = (cfg.index_n_heads, cfg.index_head_dim);
+    let iq = mul("index_n_heads", ih, ihd)?;
+    let (e, inter) = (cfg.n_routed_experts, cfg.moe_inter_dim);
+    emit(
+        f,
+        ParamName::Global("embed.weight"),
+        &[cfg.vocab_size, d],
+        Bf16,
+    )?;
     for l in 0..cfg.n_layers {
         let role = cfg.role(l);
-        let p = |s: &str| format!("layers.{l}.{s}");
-        for site in ["attn", "ffn"] {
-            b.push(p(&format!("hc_{site}_fn")), vec![mix, hc * d], F32);
-        }
-        for site in ["attn", "ffn"] {
-            b.push(p(&format!("hc_{site}_base")), vec![mix], F32);
-        }
-        for site in ["attn", "ffn"] {
-            b.push(p(&format!("hc_{site}_scale")), vec![3], F32);
-        }
-        b.push(p("attn.attn_sink"), vec![cfg.n_heads], F32);
-        b.push(p("attn.wq_a.weight"), vec![cfg.q_lora_rank, d], Bf16);
-        b.push(p("attn.q_norm.weight"), vec![cfg.q_lora_rank], Bf16);
-        b.push(
-            p("attn.wq_b.weight"),
-            vec![cfg.n_heads * hd, cfg.q_lora_rank],
-            Bf16,
-        );
-        b.push(p("attn.wkv.weight"), vec![hd, d], Bf16);
-        b.push(p("attn.kv_norm.weight"), vec![hd], Bf16);
-        let g = cfg.o_groups;
-        b.push(
-            p("attn.wo_a.weight"),
-            vec![g * cfg.o_lora_rank, cfg.n_heads * hd / g],
-            Bf16,
-        );
-        b.push(p("attn.wo_b.weight"), vec![d, g * cfg.o_lora_rank], Bf16);
+        let mut layer = |suffix: &'static str, shape: &[usize], dtype: StorageDtype| {
+            emit(f, ParamName::Layer { layer: l, suffix }, shape, dtype)
+        };
+        layer("hc_attn_fn", &[mix, hc_d], F32)?;
+        layer("hc_ffn_fn", &[mix, hc_d], F32)?;
+        layer("hc_attn_base", &[mix], F32)?;
+        layer("hc_ffn_base", &[mix], F32)?;
+        layer("hc_attn_scale", &[3], F32)?;
+        layer("hc_ffn_scale", &[3], F32)?;
+        layer("attn.attn_sink", &[cfg.n_heads], F32)?;
+        layer("attn.wq_a.weight", &[cfg.q_lora_rank, d], Bf16)?;
+        layer("attn.q_norm.weight", &[cfg.q_lora_rank], Bf16)?;
+        layer("attn.wq_b.weight", &[q_heads, cfg.q_lora_rank], Bf16)?;
+        layer("attn.wkv.weight", &[hd, d], Bf16)?;
+        layer("attn.kv_norm.weight", &[hd], Bf16)?;
+        layer("attn.wo_a.weight", &[o_rank, q_heads / g], Bf16)?;
+        layer("attn.wo_b.weight", &[d, o_rank], Bf16)?;
         if role.ratio > 0 && role.kv_source {
             // The ratio > 1 compressor keeps its projections in f32 (it pools in f32).
             let proj = if role.ratio > 1 { F32 } else { Bf16 };
-            b.push(p("attn.compressor.norm.weight"), vec![hd], Bf16);
-            b.push(p("attn.compressor.wkv.weight"), vec![hd, d], proj);
+            layer("attn.compressor.norm.weight", &[hd], Bf16)?;
+            layer("attn.compressor.wkv.weight", &[hd, d], proj)?;
             if role.ratio > 1 {
-                b.push(p("attn.compressor.wgate.weight"), vec![hd, d], F32);
+                layer("attn.compressor.wgate.weight", &[hd, d], F32)?;
             }
         }
         if role.ratio > 0 && role.index_source {
-            let (ih, ihd) = (cfg.index_n_heads, cfg.index_head_dim);
-            b.push(
-                p("attn.indexer.wq_b.weight"),
-                vec![ih * ihd, cfg.q_lora_rank],
-                Bf16,
-            );
-            b.push(p("attn.indexer.weights_proj.weight"), vec![ih, d], Bf16);
+            layer("attn.indexer.wq_b.weight", &[iq, cfg.q_lora_rank], Bf16)?;
+            layer("attn.indexer.weights_proj.weight", &[ih, d], Bf16)?;
             if role.kv_source {
-                b.push(p("attn.indexer.wk.weight"), vec![ihd, hd], Bf16);
-                b.push(p("attn.indexer.k_norm.weight"), vec![ihd], Bf16);
+                layer("attn.indexer.wk.weight", &[ihd, hd], Bf16)?;
+                layer("attn.indexer.k_norm.weight", &[ihd], Bf16)?;
             }
         }
-        let (e, inter) = (cfg.n_routed_experts, cfg.moe_inter_dim);
-        b.push(p("ffn.gate.weight"), vec![e, d], Bf16);
-        b.push(p("ffn.gate.bias"), vec![e], F32);
-        for ex in 0..e {
-            b.push(
-                p(&format!("ffn.experts.{ex}.w1.weight")),
-                vec![inter, d],
-                Bf16,
-            );
-            b.push(
-                p(&format!("ffn.experts.{ex}.w2.weight")),
-                vec![d, inter],
-                Bf16,
-            );
-            b.push(
-                p(&format!("ffn.experts.{ex}.w3.weight")),
-                vec![inter, d],
-                Bf16,
-            );
-        }
-        b.push(p("ffn.shared_experts.w1.weight"), vec![inter, d], Bf16);
-        b.push(p("ffn.shared_experts.w2.weight"), vec![d, inter], Bf16);
-        b.push(p("ffn.shared_experts.w3.weight"), vec![inter, d], Bf16);
+        layer("ffn.gate.weight", &[e, d], Bf16)?;
+        layer("ffn.gate.bias", &[e], F32)?;
+        let experts = ParamName::Experts { layer: l, count: e };
+        emit(f, experts, &[inter, d], Bf16)?;
+        let mut layer = |suffix: &'static str, shape: &[usize], dtype: StorageDtype| {
+            emit(f, ParamName::Layer { layer: l, suffix }, shape, dtype)
+        };
+        layer("ffn.shared_experts.w1.weight", &[inter, d], Bf16)?;
+        layer("ffn.shared_experts.w2.weight", &[d, inter], Bf16)?;
+        layer("ffn.shared_experts.w3.weight", &[inter, d], Bf16)?;
         if let (Some(li), Some(ec)) = (role.engram_index, cfg.engram.as_ref()) {
             let rows = ec.num_embeddings.get(li).copied().unwrap_or(0);
             let ehd = ec.head_dim;
-            b.push(p("engram.q_weight"), vec![hc, d], Bf16);
-            b.push(p("engram.k_weight"), vec![hc, d], Bf16);
-            b.push(p("engram.embed.weight"), vec![rows, ehd], F8E4m3);
-            b.push(
-                p("engram.embed.scale"),
-                vec![rows, ehd / ENGRAM_SCALE_BLOCK],
+            let cols = mul(
+                "engram_n_heads",
+                ec.max_ngram_size.saturating_sub(1),
+                ec.n_heads,
+            )?;
+            let wkv_out = mul("hc_mult", hc.saturating_add(1), d)?;
+            let wkv_in = mul("engram_head_dim", cols, ehd)?;
+            layer("engram.q_weight", &[hc, d], Bf16)?;
+            layer("engram.k_weight", &[hc, d], Bf16)?;
+            layer("engram.embed.weight", &[rows, ehd], F8E4m3)?;
+            layer(
+                "engram.embed.scale",
+                &[rows, ehd / ENGRAM_SCALE_BLOCK],
                 F8E8m0,
-            );
-            b.push(
-                p("engram.wkv.weight"),
-                vec![(hc + 1) * d, ec.n_hash_cols() * ehd],
-                Bf16,
-            );
+            )?;
+            layer("engram.wkv.weight", &[wkv_out, wkv_in], Bf16)?;
         }
-        b.push(p("attn_norm.weight"), vec![d], Bf16);
-        b.push(p("ffn_norm.weight"), vec![d], Bf16);
+        layer("attn_norm.weight", &[d], Bf16)?;
+        layer("ffn_norm.weight", &[d], Bf16)?;
     }
-    b.push("norm.weight".into(), vec![d], Bf16);
-    b.push("head.weight".into(), vec![cfg.vocab_size, d], F32);
-    b.out
+    emit(f, ParamName::Global("norm.weight"), &[d], Bf16)?;
+    emit(
+        f,
+        ParamName::Global("head.weight"),
+        &[cfg.vocab_size, d],
+        F32,
+    )?;
+    Ok(())
+}
+
+/// Every parameter of the graph (see [`walk_params`]'s order), each layer's routed experts as
+/// one group.
+pub fn param_groups(cfg: &ModelConfig) -> Result<Vec<ParamGroup>, ConfigError> {
+    let mut out = Vec::new();
+    walk_params(cfg, &mut |name, shape, n, dtype| {
+        out.push(ParamGroup {
+            name,
+            shape: shape.to_vec(),
+            n,
+            dtype,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Total parameter elements of the graph, checked: an error when it does not fit `u64`. Walks
+/// the geometry without allocating (config validation calls it).
+pub fn parameter_elements(cfg: &ModelConfig) -> Result<u64, ConfigError> {
+    let mut total = 0u64;
+    walk_params(cfg, &mut |name, _, n, _| {
+        let count = match name {
+            ParamName::Experts { count, .. } => (count as u64).checked_mul(3),
+            _ => Some(1u64),
+        };
+        total = count
+            .and_then(|c| (n as u64).checked_mul(c))
+            .and_then(|n| total.checked_add(n))
+            .ok_or_else(|| {
+                bad(
+                    "n_layers / n_routed_experts",
+                    "the parameter count overflows u64".to_string(),
+                )
+            })?;
+        Ok(())
+    })?;
+    Ok(total)
+}
+
+/// The `weights_meta` entry of one parameter, by the filler rule. `ck` is left 0.0: the
+/// checksum would need every parameter materialised (spec §3.5), which at real dims is
+/// hundreds of GB. Goldens carry it; derived lists do not.
+pub fn weight_meta(name: String, shape: &[usize], n: usize, dtype: StorageDtype) -> WeightMeta {
+    let (scale, offset, kind) = filler_rule(&name, shape);
+    WeightMeta {
+        name,
+        shape: shape.to_vec(),
+        n,
+        scale,
+        offset,
+        kind,
+        dtype,
+        ck: 0.0,
+    }
+}
+
+/// Every parameter of the graph, experts expanded, in `model.named_parameters()` order (see
+/// [`walk_params`]), as `weights_meta` entries (`ck` left 0.0, not computed).
+pub fn param_list(cfg: &ModelConfig) -> Result<Vec<WeightMeta>, ConfigError> {
+    let mut out = Vec::new();
+    walk_params(cfg, &mut |name, shape, n, dtype| {
+        match name {
+            ParamName::Experts { layer, count } => {
+                let transposed: Vec<usize> = shape.iter().rev().copied().collect();
+                for ex in 0..count {
+                    for (proj, t) in EXPERT_PROJECTIONS {
+                        let full = ParamName::expert_name(layer, ex, proj);
+                        let s = if t { &transposed[..] } else { shape };
+                        out.push(weight_meta(full, s, n, dtype));
+                    }
+                }
+            }
+            single => {
+                let full = single.single_name().unwrap_or_default();
+                out.push(weight_meta(full, shape, n, dtype));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Multiply-adds of one `Block(l)` prefill of `s` tokens at position 0, by component. Counts

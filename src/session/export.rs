@@ -7,7 +7,7 @@
 use super::results::CaptureResult;
 use super::Mode;
 use crate::golden::compare::Comparison;
-use crate::golden::schema::TOP_GOLDEN_LENS;
+use crate::golden::TOP_GOLDEN_LENS;
 use crate::golden::{CaptureData, Golden};
 use crate::model::CaptureValues;
 use serde_json::{json, Map, Value};

@@ -85,6 +85,8 @@ pub struct AppOptions {
     pub screenshot: Option<PathBuf>,
     /// Ignore the remembered state (last files, theme, views).
     pub fresh: bool,
+    /// The name map a dump opened in the app is read through (`gui --map`).
+    pub captures_map: String,
 }
 
 impl AppOptions {
@@ -106,6 +108,7 @@ impl AppOptions {
             theme: None,
             screenshot: None,
             fresh: false,
+            captures_map: "canonical".into(),
         }
     }
 }
@@ -319,6 +322,8 @@ pub struct GoldenLensApp {
     commands: Receiver<UiCommand>,
     jobs_tx: Sender<FileJob>,
     jobs_rx: Receiver<FileJob>,
+    /// The backends the app was started with (an opened dump replaces the test side of these).
+    base_backends: BackendMaker,
     ctx: Option<egui::Context>,
     /// Frames drawn since the screenshot's conditions held; None once it was requested.
     screenshot_wait: Option<u32>,
@@ -414,6 +419,7 @@ impl GoldenLensApp {
             commands,
             jobs_tx,
             jobs_rx,
+            base_backends: options.backends.clone(),
             ctx: Some(ctx.clone()),
             screenshot_wait: options.screenshot.as_ref().map(|_| 0),
         };
@@ -571,14 +577,31 @@ impl GoldenLensApp {
                 files::load_gguf_async(path, self.jobs_tx.clone(), self.ctx.clone());
             }
             UiCommand::OpenPath(path) => {
-                let is_gguf = path
-                    .extension()
-                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+                let ext = path.extension().map(|e| e.to_ascii_lowercase());
+                let is_gguf = ext.as_ref().is_some_and(|e| e == "gguf");
                 self.handle(if is_gguf {
                     UiCommand::OpenGguf(path)
+                } else if super::imported::is_dump(&path) {
+                    UiCommand::OpenCaptures(path)
                 } else {
                     UiCommand::OpenGolden(path)
                 });
+            }
+            UiCommand::OpenCaptures(path) => {
+                match crate::import::NameMap::load(&s.options.captures_map) {
+                    Ok(map) => {
+                        s.options.backends = super::imported::with_captures(
+                            self.base_backends.clone(),
+                            path.clone(),
+                            map,
+                        );
+                        let weights = s.weights.clone();
+                        self.restart_session_on(weights);
+                        self.state.notice =
+                            Some(format!("the test side replays {}", path.display()));
+                    }
+                    Err(e) => s.errors.push(e.to_string()),
+                }
             }
             UiCommand::PickFile(kind) => {
                 files::pick_file_async(kind, self.jobs_tx.clone(), self.ctx.clone());

@@ -53,21 +53,33 @@ impl EngramEncoding {
                     return None;
                 }
                 let bytes: u32 = digits.parse().ok()?;
-                if bytes == 0 || bytes % 33 != 0 {
+                if bytes % 33 != 0 {
                     return None;
                 }
-                Some(Self::e4m3_with_values(bytes / 33 * 32))
+                Self::e4m3_with_values(bytes / 33 * 32)
             }
         }
     }
 
-    /// The e4m3/e8m0 encoding for rows of `values` values (a positive multiple of 32): the
-    /// ds4 variant for 256, the generalised one otherwise.
-    pub fn e4m3_with_values(values: u32) -> Self {
-        if values == ENGRAM_ROW_VALUES as u32 {
-            Self::E4m3E8m0Row264
-        } else {
-            Self::E4m3E8m0Row { values }
+    /// The e4m3/e8m0 encoding for rows of `values` values: the ds4 variant for 256, the
+    /// generalised one for any other positive multiple of 32 whose row size fits a u32, and
+    /// `None` otherwise (one E8M0 scale covers exactly 32 codes, so no other width is a row).
+    pub fn e4m3_with_values(values: u32) -> Option<Self> {
+        let fits = values > 0 && values % 32 == 0 && values.checked_add(values / 32).is_some();
+        match values {
+            _ if !fits => None,
+            v if v == ENGRAM_ROW_VALUES as u32 => Some(Self::E4m3E8m0Row264),
+            v => Some(Self::E4m3E8m0Row { values: v }),
+        }
+    }
+
+    /// Whether the encoding describes a decodable row: the generalised e4m3 rows need a
+    /// positive multiple of 32 values (the variant's field is public, so a value built by hand
+    /// is checked here rather than trusted).
+    pub fn is_well_formed(&self) -> bool {
+        match self {
+            Self::E4m3E8m0Row { values } => Self::e4m3_with_values(*values).is_some(),
+            _ => true,
         }
     }
 
@@ -91,10 +103,7 @@ impl EngramEncoding {
     /// Bytes of one stored row when rows hold `head_dim` values.
     pub fn row_bytes_for(&self, head_dim: u64) -> Option<u64> {
         match self {
-            Self::E4m3E8m0Row { values } => {
-                let v = u64::from(*values);
-                Some(v + v / 32)
-            }
+            Self::E4m3E8m0Row { .. } => self.bytes_per_row(),
             Self::Ggml(t) => t.row_bytes(head_dim),
             _ => self.bytes_per_row(),
         }
@@ -116,7 +125,10 @@ impl EngramEncoding {
     pub fn name(&self) -> String {
         match self {
             Self::E4m3E8m0Row264 => "e4m3_e8m0_32_row264".into(),
-            Self::E4m3E8m0Row { values } => format!("e4m3_e8m0_32_row{}", values + values / 32),
+            Self::E4m3E8m0Row { values } => {
+                let v = u64::from(*values);
+                format!("e4m3_e8m0_32_row{}", v + v / 32)
+            }
             Self::Q4KRow144 => "q4_k_row144".into(),
             Self::Lloyd4E5m3Row136 => "lloyd4_e5m3_32_r136".into(),
             Self::Ggml(t) => format!("ggml:{t}"),
@@ -127,7 +139,11 @@ impl EngramEncoding {
     pub fn bytes_per_row(&self) -> Option<u64> {
         match self {
             Self::E4m3E8m0Row264 => Some(264),
-            Self::E4m3E8m0Row { values } => Some(u64::from(values + values / 32)),
+            Self::E4m3E8m0Row { values } if self.is_well_formed() => {
+                let v = u64::from(*values);
+                Some(v + v / 32)
+            }
+            Self::E4m3E8m0Row { .. } => None,
             Self::Q4KRow144 => Some(144),
             Self::Lloyd4E5m3Row136 => Some(136),
             Self::Ggml(t) => t.row_bytes(ENGRAM_ROW_VALUES as u64),
@@ -138,7 +154,10 @@ impl EngramEncoding {
     pub fn tensor_layout(&self) -> (GgmlType, u64) {
         match self {
             Self::E4m3E8m0Row264 => (GgmlType::I8, 264),
-            Self::E4m3E8m0Row { values } => (GgmlType::I8, u64::from(values + values / 32)),
+            Self::E4m3E8m0Row { values } => {
+                let v = u64::from(*values);
+                (GgmlType::I8, v + v / 32)
+            }
             Self::Q4KRow144 => (GgmlType::Q4K, ENGRAM_ROW_VALUES as u64),
             Self::Lloyd4E5m3Row136 => (GgmlType::I8, 136),
             Self::Ggml(t) => (*t, ENGRAM_ROW_VALUES as u64),
@@ -191,6 +210,7 @@ pub fn dequantize_engram_rows_with(
     out: &mut [f32],
 ) -> Result<()> {
     if row_values == 0
+        || !encoding.is_well_formed()
         || encoding
             .fixed_row_values()
             .is_some_and(|v| v != row_values as u64)
