@@ -22,8 +22,16 @@ use golden_lens::oracle::gemm::{best_path, gemm, kernel_path_note, WeightRows};
 use rayon::prelude::*;
 use serde_json::json;
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod gguf_py;
+mod shapes;
+
+use gguf_py::{find_python, gguf_py_side};
+use shapes::{
+    Weights, ATTN_SHAPES, DEQUANT_TYPES, EXPERT_SHAPES, EXPERT_TYPES, F32_SHAPES, TOKEN_COUNTS,
+};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct BenchArgs {
@@ -66,130 +74,6 @@ const GGUF_PY_VERIFY_VALUES: usize = 1 << 16;
 /// Buffer of the bandwidth measurements (far above any cache a VM exposes).
 const BANDWIDTH_BYTES: usize = 512 << 20;
 
-/// What a GEMM's weights are.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Weights {
-    /// f32 values in memory (the filler path, f32 parameters).
-    F32,
-    /// A file's blocks of this type (bf16 parameters, quantized experts).
-    Stored(GgmlType),
-}
-
-impl Weights {
-    fn name(self) -> String {
-        match self {
-            Weights::F32 => "f32".into(),
-            Weights::Stored(t) => t.name(),
-        }
-    }
-
-    /// Bytes of an `n × k` weight.
-    fn bytes(self, n: usize, k: usize) -> usize {
-        match self {
-            Weights::F32 => n * k * 4,
-            Weights::Stored(t) => {
-                let (bv, bb, _) = block_decoder(t).expect("benchmarked types decode");
-                n * k / bv * bb
-            }
-        }
-    }
-}
-
-/// One real-dims GEMM of the oracle: `[m, k] × [n, k]^T`.
-struct Shape {
-    what: &'static str,
-    n: usize,
-    k: usize,
-}
-
-/// The dense projections of a V4.1-Flash block at real dims (dim 5120, 64 heads of 512, q rank
-/// 1280, o rank 1024 in 8 groups, indexer 32 heads of 128).
-const ATTN_SHAPES: [Shape; 6] = [
-    Shape {
-        what: "attn.wq_a",
-        n: 1280,
-        k: 5120,
-    },
-    Shape {
-        what: "attn.wq_b",
-        n: 32768,
-        k: 1280,
-    },
-    Shape {
-        what: "attn.wkv",
-        n: 512,
-        k: 5120,
-    },
-    Shape {
-        what: "attn.wo_a (group)",
-        n: 1024,
-        k: 4096,
-    },
-    Shape {
-        what: "attn.wo_b",
-        n: 5120,
-        k: 8192,
-    },
-    Shape {
-        what: "indexer.wq_b",
-        n: 4096,
-        k: 1280,
-    },
-];
-/// f32 parameters: the ratio-r compressor and the router gate (upcast bf16).
-const F32_SHAPES: [Shape; 2] = [
-    Shape {
-        what: "compressor.wkv",
-        n: 512,
-        k: 5120,
-    },
-    Shape {
-        what: "ffn.gate",
-        n: 384,
-        k: 5120,
-    },
-];
-/// An expert's up and down projections (inter 2304).
-const EXPERT_SHAPES: [Shape; 2] = [
-    Shape {
-        what: "expert.w1/w3",
-        n: 2304,
-        k: 5120,
-    },
-    Shape {
-        what: "expert.w2",
-        n: 5120,
-        k: 2304,
-    },
-];
-/// The expert types the antirez layouts and llama.cpp quantizations use.
-const EXPERT_TYPES: [GgmlType; 6] = [
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Iq2Xxs,
-    GgmlType::Mxfp4,
-    GgmlType::Q8_0,
-];
-/// Every decodable type, for the dequantization table.
-const DEQUANT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::I8,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::Iq2Xxs,
-    GgmlType::Mxfp4,
-];
-/// Token counts: decode, a 16-token prefill, the largest prefill chunk.
-const TOKEN_COUNTS: [usize; 3] = [1, 16, 64];
-
 /// The machine's measured limits.
 struct Limits {
     f32_gflops: f64,
@@ -220,7 +104,14 @@ struct DequantRow {
     baseline_simd_gbs: f64,
     of_memcpy: f64,
     gguf_py_gbs: Option<f64>,
+    /// Ours, one thread, on exactly the blocks gguf-py decoded (the ratio's numerator).
+    same_blocks_gbs: Option<f64>,
     gguf_py_bit_exact: Option<bool>,
+}
+
+/// Our one-thread throughput over gguf-py's, both on the blocks gguf-py decoded.
+fn vs_gguf_py(r: &DequantRow) -> Option<f64> {
+    Some(r.same_blocks_gbs? / r.gguf_py_gbs?)
 }
 
 /// bf16-representable inputs of mixed sign.
@@ -376,115 +267,11 @@ fn dequant_row(
             baseline_simd_gbs: gbs(baseline),
             of_memcpy: gbs(all) / limits.bw.memcpy_gbs,
             gguf_py_gbs: None,
+            same_blocks_gbs: None,
             gguf_py_bit_exact: None,
         },
         blocks,
     ))
-}
-
-/// A folder under the system temporary directory, removed when dropped.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn new() -> anyhow::Result<ScratchDir> {
-        let p = std::env::temp_dir().join(format!("golden-lens-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(ScratchDir(p))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The python to run gguf-py with, if any.
-fn find_python(arg: &Option<PathBuf>) -> Option<PathBuf> {
-    if let Some(p) = arg {
-        return Some(p.clone());
-    }
-    if let Some(p) = std::env::var_os("GOLDEN_LENS_PY") {
-        return Some(PathBuf::from(p));
-    }
-    let venv = Path::new(".venv/bin/python");
-    venv.exists().then(|| venv.to_path_buf())
-}
-
-/// Runs gguf-py on the first values of each type's blocks; fills in its GB/s and whether its
-/// values equal ours bit for bit.
-fn gguf_py_side(
-    python: &Path,
-    rows: &mut [DequantRow],
-    blocks: &[Vec<u8>],
-    values: usize,
-) -> anyhow::Result<()> {
-    let dir = ScratchDir::new()?;
-    let mut manifest = Vec::new();
-    for (row, b) in rows.iter().zip(blocks) {
-        if matches!(row.ty, GgmlType::F32 | GgmlType::I8) {
-            continue; // gguf-py has no decoder for these (F32 is a view, I8 unsupported)
-        }
-        let (bv, bb, _) = block_decoder(row.ty).context("decodable type")?;
-        let n = values.min(b.len() / bb * bv);
-        let path = dir.path().join(format!("{}.bin", row.ty.name()));
-        std::fs::write(&path, &b[..n / bv * bb])
-            .with_context(|| format!("writing {}", path.display()))?;
-        manifest.push(json!({
-            "type": row.ty.name(),
-            "path": path,
-            "values": n,
-            "verify_values": GGUF_PY_VERIFY_VALUES.min(n),
-            "verify_path": dir.path().join(format!("{}.f32", row.ty.name())),
-        }));
-    }
-    let manifest_path = dir.path().join("manifest.json");
-    std::fs::write(&manifest_path, serde_json::to_vec(&manifest)?)?;
-    let out_path = dir.path().join("out.json");
-    let script = dir.path().join("gguf_py_dequant.py");
-    std::fs::write(&script, include_str!("../../benches/gguf_py_dequant.py"))?;
-    let o = std::process::Command::new(python)
-        .arg(&script)
-        .arg(&manifest_path)
-        .arg(&out_path)
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    if !o.status.success() {
-        bail!(
-            "{} {}: {}",
-            python.display(),
-            script.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path)?)?;
-    for (row, b) in rows.iter_mut().zip(blocks) {
-        let Some(r) = results.get(row.ty.name()) else {
-            continue;
-        };
-        let (Some(s), Some(n)) = (r["seconds"].as_f64(), r["values"].as_u64()) else {
-            bail!(
-                "gguf-py result for {} lacks seconds/values: {r}",
-                row.ty.name()
-            );
-        };
-        row.gguf_py_gbs = Some(n as f64 * 4.0 / s / 1e9);
-        let theirs = std::fs::read(dir.path().join(format!("{}.f32", row.ty.name())))?;
-        let (bv, bb, fast) = block_decoder(row.ty).context("decodable type")?;
-        let nv = theirs.len() / 4;
-        let mut ours = vec![0f32; nv.div_ceil(bv) * bv];
-        fast(&b[..ours.len() / bv * bb], &mut ours);
-        let same = theirs
-            .chunks_exact(4)
-            .zip(&ours)
-            .all(|(t, o)| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == o.to_bits());
-        row.gguf_py_bit_exact = Some(same);
-    }
-    Ok(())
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -594,7 +381,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let values = if args.quick { 1 << 20 } else { DEQUANT_VALUES };
     let types: &[GgmlType] = if args.gemm_only { &[] } else { &DEQUANT_TYPES };
     println!();
-    println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder)", values, simd_level().name());
+    println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder; 'same blk' is ours on one thread over exactly the blocks gguf-py decoded, and 'x gguf-py' its ratio)", values, simd_level().name());
     let mut dq_rows = Vec::new();
     let mut dq_blocks = Vec::new();
     for &ty in types {
@@ -608,7 +395,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         find_python(&args.python)
     };
     let py_note = match &python {
-        Some(p) => match gguf_py_side(p, &mut dq_rows, &dq_blocks, GGUF_PY_VALUES.min(values)) {
+        Some(p) => match gguf_py_side(
+            p,
+            &mut dq_rows,
+            &dq_blocks,
+            GGUF_PY_VALUES.min(values),
+            reps,
+        ) {
             Ok(()) => format!("gguf-py: {} (numpy, one thread)", p.display()),
             Err(e) => format!("gguf-py skipped: {e:#}"),
         },
@@ -616,7 +409,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     println!("{py_note}");
     println!(
-        "{:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>6}",
+        "{:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6}",
         "type",
         "GB/s",
         "memcpy",
@@ -624,22 +417,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "baseline",
         "ref",
         "x ref",
+        "same blk",
         "gguf-py",
         "x gguf-py",
         "bits"
     );
     for r in &dq_rows {
         let py = r.gguf_py_gbs.map_or("-".to_string(), |g| format!("{g:.3}"));
-        let ratio = r
-            .gguf_py_gbs
-            .map_or("-".to_string(), |g| format!("{:.1}", r.one_thread_gbs / g));
+        let same = r
+            .same_blocks_gbs
+            .map_or("-".to_string(), |g| format!("{g:.2}"));
+        let ratio = vs_gguf_py(r).map_or("-".to_string(), |x| format!("{x:.1}"));
         let bits = match r.gguf_py_bit_exact {
             Some(true) => "equal",
             Some(false) => "DIFFER",
             None => "-",
         };
         println!(
-            "{:<8} {:>9.2} {:>7.0}% {:>9.2} {:>9.2} {:>9.2} {:>7.1} {:>9} {:>9} {:>6}",
+            "{:<8} {:>9.2} {:>7.0}% {:>9.2} {:>9.2} {:>9.2} {:>7.1} {:>9} {:>9} {:>9} {:>6}",
             r.ty.name(),
             r.gbs,
             100.0 * r.of_memcpy,
@@ -647,6 +442,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             r.baseline_simd_gbs,
             r.reference_gbs,
             r.one_thread_gbs / r.reference_gbs,
+            same,
             py,
             ratio,
             bits
@@ -670,7 +466,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .fold(f64::INFINITY, f64::min);
     let vs_py = dq_rows
         .iter()
-        .filter_map(|r| r.gguf_py_gbs.map(|g| r.one_thread_gbs / g))
+        .filter_map(vs_gguf_py)
         .fold(f64::INFINITY, f64::min);
     if let Some(path) = &args.json {
         let v = json!({
@@ -688,7 +484,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "type": r.ty.name(), "gbs": r.gbs, "one_thread_gbs": r.one_thread_gbs,
                 "baseline_simd_gbs": r.baseline_simd_gbs, "reference_gbs": r.reference_gbs,
                 "of_memcpy": r.of_memcpy, "gguf_py_gbs": r.gguf_py_gbs,
-                "gguf_py_bit_exact": r.gguf_py_bit_exact,
+                "gguf_py_bit_exact": r.gguf_py_bit_exact, "same_blocks_gbs": r.same_blocks_gbs,
             })).collect::<Vec<_>>(),
             "gguf_py": py_note,
         });

@@ -113,6 +113,16 @@ impl<'a> StoredMatrix<'a> {
         self.round_bf16
     }
 
+    /// The bytes of rows `rows` (consecutive, `2 × cols` each) when the matrix is BF16
+    /// (little-endian bit patterns), for kernels that widen them in registers: bf16 to f32 is a
+    /// 16-bit shift, and rounding a bf16 value to bf16 only quiets a NaN, which widening to f64
+    /// does anyway, so the f64 values equal those of [`StoredMatrix::decode`]. `None` for any
+    /// other type or rows outside the matrix.
+    pub fn bf16_rows(&self, rows: std::ops::Range<usize>) -> Option<&[u8]> {
+        (self.ggml_type == GgmlType::Bf16 && rows.start <= rows.end && rows.end <= self.rows)
+            .then(|| &self.bytes[rows.start * self.row_bytes..rows.end * self.row_bytes])
+    }
+
     /// The stored bytes (what a GEMM over this matrix reads).
     pub fn byte_len(&self) -> usize {
         self.bytes.len()

@@ -227,25 +227,52 @@ impl Job<'_> {
         let width = NB.min(self.n - o0);
         let mut out = vec![0f32; m * width];
         let mut wp = vec![0f64; KC / 4 * PANEL_STEP];
+        // BF16 blocks widen straight from the file's bytes where the path has kernels for
+        // them (whole steps only: a tail is summed from f32 rows).
+        let bf16 = match self.w {
+            WeightRows::Stored(sm) if has_rows_kernel(self.path) && k4 == k => {
+                sm.bf16_rows(self.row0..self.row0 + self.n)
+            }
+            _ => None,
+        };
         let mut decoded = match self.w {
-            WeightRows::Stored(_) => vec![0f32; NR * k],
-            WeightRows::F32(_) => Vec::new(),
+            WeightRows::Stored(_) if bf16.is_none() => vec![0f32; NR * k],
+            _ => Vec::new(),
         };
         let mut lanes = vec![0f64; MC.min(m) * PANEL_STEP];
         for p in 0..width.div_ceil(NR) {
             let first = o0 + p * NR;
             let live = NR.min(self.n - first);
-            let rows: Vec<&[f32]> = match self.w {
-                WeightRows::F32(w) => (0..live)
-                    .map(|q| &w[(self.row0 + first + q) * k..][..k])
-                    .collect(),
-                WeightRows::Stored(sm) => {
+            let rows = match (self.w, bf16) {
+                (_, Some(bytes)) => Panel::Bf16(
+                    bytes[first * 2 * k..(first + live) * 2 * k]
+                        .chunks_exact(2 * k)
+                        .collect(),
+                ),
+                (WeightRows::F32(w), None) => Panel::F32(
+                    (0..live)
+                        .map(|q| &w[(self.row0 + first + q) * k..][..k])
+                        .collect(),
+                ),
+                (WeightRows::Stored(sm), None) => {
                     for (q, row) in decoded.chunks_exact_mut(k.max(1)).take(live).enumerate() {
                         sm.decode(self.row0 + first + q, 0, row);
                     }
-                    decoded.chunks_exact(k.max(1)).take(live).collect()
+                    Panel::F32(decoded.chunks_exact(k.max(1)).take(live).collect())
                 }
             };
+            // A block of at most MR input rows reads a packed panel once, so where the path has
+            // a kernel that widens weights in registers it takes a full panel's rows as they
+            // lie, `k` values apart in every operand.
+            let direct = (has_rows_kernel(self.path) && m <= MR && live == NR).then(|| {
+                match (self.w, bf16) {
+                    (_, Some(bytes)) => RowsAt::Bf16(&bytes[first * 2 * k..(first + NR) * 2 * k]),
+                    (WeightRows::F32(w), None) => {
+                        RowsAt::F32(&w[(self.row0 + first) * k..][..NR * k])
+                    }
+                    (WeightRows::Stored(_), None) => RowsAt::F32(&decoded[..NR * k]),
+                }
+            });
             for mc0 in (0..m).step_by(MC) {
                 let n_rows = MC.min(m - mc0);
                 let lanes = &mut lanes[..n_rows * PANEL_STEP];
@@ -253,16 +280,15 @@ impl Job<'_> {
                 for kc0 in (0..k4).step_by(KC) {
                     let kcl = KC.min(k4 - kc0);
                     let steps = kcl / 4;
-                    let wp = &mut wp[..steps * PANEL_STEP];
-                    for q in 0..NR {
-                        match rows.get(q) {
-                            Some(row) => pack_row(self.path, &row[kc0..kc0 + kcl], wp, q, steps),
-                            // Outputs past the end of a ragged `n`: zero weights.
-                            None => {
-                                (0..steps).for_each(|s| wp[s * PANEL_STEP + 4 * q..][..4].fill(0.0))
-                            }
-                        }
+                    if let Some(panel) = direct {
+                        // m <= MR: the one block of rows, from row 0.
+                        let x = (&self.xp[kc0 * m..], kcl);
+                        let w = (panel.from(kc0), k);
+                        microkernel_rows(self.path, n_rows, x, w, steps, lanes);
+                        continue;
                     }
+                    let wp = &mut wp[..steps * PANEL_STEP];
+                    pack_panel(self.path, &rows, (kc0, kcl), wp, steps);
                     for r0 in (0..n_rows).step_by(MR) {
                         let mr = MR.min(n_rows - r0);
                         let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
@@ -278,14 +304,16 @@ impl Job<'_> {
                     }
                 }
                 // Lanes summed in the fixed tree, then the tail, then the rounding.
-                for (q, row) in rows.iter().enumerate() {
+                for q in 0..live {
                     let oo = p * NR + q;
                     for r in 0..n_rows {
                         let l = &lanes[r * PANEL_STEP + 4 * q..][..4];
-                        let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
                         let mut tail = 0f64;
-                        for (a, b) in xr.iter().zip(&row[k4..]) {
-                            tail += f64::from(*a) * f64::from(*b);
+                        if let Panel::F32(rows) = &rows {
+                            let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
+                            for (a, b) in xr.iter().zip(&rows[q][k4..]) {
+                                tail += f64::from(*a) * f64::from(*b);
+                            }
                         }
                         let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail) as f32;
                         out[(mc0 + r) * width + oo] =
@@ -295,6 +323,195 @@ impl Job<'_> {
             }
         }
         out
+    }
+}
+
+/// One panel's weight rows, one slice per live row (fewer than `NR` at a ragged end).
+enum Panel<'a> {
+    /// f32 values.
+    F32(Vec<&'a [f32]>),
+    /// A BF16 matrix's bit patterns, two bytes per value (only where `k` is whole steps).
+    Bf16(Vec<&'a [u8]>),
+}
+
+/// A full panel's `NR` weight rows as they lie, `k` values apart.
+#[derive(Clone, Copy)]
+enum RowsAt<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u8]),
+}
+
+impl<'a> RowsAt<'a> {
+    /// The same rows from value `col` on.
+    fn from(self, col: usize) -> RowsAt<'a> {
+        match self {
+            RowsAt::F32(w) => RowsAt::F32(&w[col..]),
+            RowsAt::Bf16(w) => RowsAt::Bf16(&w[2 * col..]),
+        }
+    }
+
+    /// Values the operand holds.
+    fn values(self) -> usize {
+        match self {
+            RowsAt::F32(w) => w.len(),
+            RowsAt::Bf16(w) => w.len() / 2,
+        }
+    }
+
+    /// Value `i` widened to f64.
+    fn value(self, i: usize) -> f64 {
+        match self {
+            RowsAt::F32(w) => f64::from(w[i]),
+            RowsAt::Bf16(w) => f64::from(bf16_bits_to_f32(w[2 * i], w[2 * i + 1])),
+        }
+    }
+}
+
+/// A little-endian bf16 bit pattern as f32 (exact).
+fn bf16_bits_to_f32(lo: u8, hi: u8) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([lo, hi])) << 16)
+}
+
+/// One chunk's panel: columns `kc0..kc0 + kcl` of row `q` into slot `q`, zeros for the slots
+/// of a ragged `n` that have no row; two rows per 512-bit conversion on the AVX-512 path.
+fn pack_panel(
+    path: KernelPath,
+    rows: &Panel<'_>,
+    (kc0, kcl): (usize, usize),
+    wp: &mut [f64],
+    steps: usize,
+) {
+    assert!(
+        kcl == 4 * steps && wp.len() >= steps * PANEL_STEP,
+        "panel operands disagree"
+    );
+    let rows = match rows {
+        Panel::F32(rows) => rows,
+        Panel::Bf16(rows) => return pack_panel_bf16(path, rows, (kc0, kcl), wp, steps),
+    };
+    assert!(rows.len() <= NR, "a panel of {} rows", rows.len());
+    let mut q = 0;
+    while q < NR {
+        #[cfg(target_arch = "x86_64")]
+        if path == KernelPath::Avx512 && q + 1 < rows.len() {
+            let (a, b) = (&rows[q][kc0..kc0 + kcl], &rows[q + 1][kc0..kc0 + kcl]);
+            // `run_job` checked that the path is supported; `q` is even here.
+            x86::pack_pair_avx512::<false>(as_bytes(a), as_bytes(b), wp, q, steps);
+            q += 2;
+            continue;
+        }
+        match rows.get(q) {
+            Some(row) => pack_row(path, &row[kc0..kc0 + kcl], wp, q, steps),
+            // Outputs past the end of a ragged `n`: zero weights.
+            None => (0..steps).for_each(|s| wp[s * PANEL_STEP + 4 * q..][..4].fill(0.0)),
+        }
+        q += 1;
+    }
+}
+
+/// [`pack_panel`] for BF16 rows (two bytes a value).
+fn pack_panel_bf16(
+    path: KernelPath,
+    rows: &[&[u8]],
+    (kc0, kcl): (usize, usize),
+    wp: &mut [f64],
+    steps: usize,
+) {
+    assert!(
+        rows.len() <= NR && rows.iter().all(|r| r.len() >= 2 * (kc0 + kcl)),
+        "bf16 panel rows too short"
+    );
+    let mut q = 0;
+    while q < NR {
+        #[cfg(target_arch = "x86_64")]
+        if path == KernelPath::Avx512 && q + 1 < rows.len() {
+            let (a, b) = (&rows[q][2 * kc0..], &rows[q + 1][2 * kc0..]);
+            // `run_job` checked that the path is supported; `q` is even here.
+            x86::pack_pair_avx512::<true>(a, b, wp, q, steps);
+            q += 2;
+            continue;
+        }
+        let _ = path;
+        for s in 0..steps {
+            let d = &mut wp[s * PANEL_STEP + 4 * q..][..4];
+            for (j, v) in d.iter_mut().enumerate() {
+                *v = rows.get(q).map_or(0.0, |row| {
+                    let i = 2 * (kc0 + 4 * s + j);
+                    f64::from(bf16_bits_to_f32(row[i], row[i + 1]))
+                });
+            }
+        }
+        q += 1;
+    }
+}
+
+/// An f32 slice's bytes.
+fn as_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: any initialised f32 is four initialised bytes; u8 has alignment 1, and the
+    // length is the slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+/// Whether `path` has microkernels that read weight rows directly ([`microkernel_rows`],
+/// BF16 panels).
+fn has_rows_kernel(path: KernelPath) -> bool {
+    cfg!(target_arch = "x86_64") && path == KernelPath::Avx512
+}
+
+/// [`microkernel`] with the weights as `NR` rows `w_stride` values apart instead of a packed
+/// panel: `lanes[r][q][j] += Σ_s x[r][4s + j] · f64(w[q][4s + j])`, the same products summed in
+/// the same order. Checks every slice bound once, then runs the path's kernel.
+fn microkernel_rows(
+    path: KernelPath,
+    mr: usize,
+    (x, x_stride): (&[f64], usize),
+    (w, w_stride): (RowsAt<'_>, usize),
+    steps: usize,
+    lanes: &mut [f64],
+) {
+    assert!(
+        (1..=MR).contains(&mr)
+            && x.len() >= (mr - 1) * x_stride + 4 * steps
+            && w.values() >= (NR - 1) * w_stride + 4 * steps
+            && lanes.len() >= mr * PANEL_STEP,
+        "row microkernel operands too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        assert!(path.is_supported(), "kernel path avx512 not supported");
+        macro_rules! by_rows {
+            ($bf16:literal, $wp:expr) => {{
+                let (xp, lp) = (x.as_ptr(), lanes.as_mut_ptr());
+                let wp: *const u8 = $wp;
+                // SAFETY: AVX-512F was detected just above, and the assert at the top of this
+                // function checked exactly the bounds the kernel's contract asks for.
+                unsafe {
+                    match mr {
+                        1 => x86::avx512_rows::<1, $bf16>(xp, x_stride, wp, w_stride, steps, lp),
+                        2 => x86::avx512_rows::<2, $bf16>(xp, x_stride, wp, w_stride, steps, lp),
+                        3 => x86::avx512_rows::<3, $bf16>(xp, x_stride, wp, w_stride, steps, lp),
+                        _ => x86::avx512_rows::<MR, $bf16>(xp, x_stride, wp, w_stride, steps, lp),
+                    }
+                }
+            }};
+        }
+        match w {
+            RowsAt::F32(v) => by_rows!(false, v.as_ptr().cast()),
+            RowsAt::Bf16(v) => by_rows!(true, v.as_ptr()),
+        }
+        return;
+    }
+    let _ = path;
+    // Any other path: the definition, lane by lane in increasing step.
+    for r in 0..mr {
+        for q in 0..NR {
+            for j in 0..4 {
+                let acc = &mut lanes[r * PANEL_STEP + 4 * q + j];
+                for s in 0..steps {
+                    *acc += x[r * x_stride + 4 * s + j] * w.value(q * w_stride + 4 * s + j);
+                }
+            }
+        }
     }
 }
 
@@ -413,8 +630,17 @@ mod tests {
     #[test]
     fn every_path_reproduces_the_defining_dot_product() {
         // Ragged m (not a multiple of MR), n (not a multiple of NR or NB), k (a tail, and more
-        // than one KC chunk).
-        for &(m, k, n) in &[(1, 7, 3), (5, 515, 61), (9, 1030, 50), (70, 12, 13)] {
+        // than one KC chunk); m of at most MR.
+        for &(m, k, n) in &[
+            (1, 7, 3),
+            (5, 515, 61),
+            (9, 1030, 50),
+            (70, 12, 13),
+            // At most MR rows against whole panels: the row kernels.
+            (1, 515, 30),
+            (2, 12, 24),
+            (4, 1030, 25),
+        ] {
             let x = data(m * k, 1);
             let w = data(n * k, 2);
             let want: Vec<u32> = (0..m * n)

@@ -49,6 +49,95 @@ pub(super) unsafe fn avx512<const R: usize>(
     }
 }
 
+/// Four values (from value `4s` on) of weight rows `a` and `b`, widened to f64 as
+/// `[a0..a3, b0..b3]`: f32 values, or with `BF16` bf16 bit patterns (widened to f32 by a 16-bit
+/// shift, exact).
+///
+/// # Safety
+/// AVX-512F must be present and both rows must hold values `4s..4s + 4`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_pair<const BF16: bool>(a: *const u8, b: *const u8, s: usize) -> __m512d {
+    // SAFETY (whole body): the caller guarantees the four values of each row.
+    unsafe {
+        let v = if BF16 {
+            let lo = _mm_loadl_epi64(a.add(8 * s).cast());
+            let hi = _mm_loadl_epi64(b.add(8 * s).cast());
+            let wide = _mm256_cvtepu16_epi32(_mm_unpacklo_epi64(lo, hi));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        } else {
+            let lo = _mm_loadu_ps(a.add(16 * s).cast());
+            let hi = _mm_loadu_ps(b.add(16 * s).cast());
+            _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(lo), hi)
+        };
+        _mm512_cvtps_pd(v)
+    }
+}
+
+/// Bytes per weight value of the row kernels.
+const fn value_bytes(bf16: bool) -> usize {
+    if bf16 {
+        2
+    } else {
+        4
+    }
+}
+
+/// AVX-512 tile straight from weight rows, for blocks of at most `MR` input rows where a packed
+/// panel would be read once: `R` rows against the `NR` rows at `w` (f32 values, or bf16 bit
+/// patterns with `BF16`; `w_stride` values apart), each step's weights widened to f64 in
+/// registers. The same FMAs in the same order as [`avx512`] over the packed panel of those rows.
+///
+/// # Safety
+/// AVX-512F must be present, and the pointers must cover the bounds `super::microkernel_rows`
+/// checks: `x` `(R - 1) * x_stride + 4 * steps` values, `w` `(NR - 1) * w_stride + 4 * steps`
+/// values, `lanes` `R * PANEL_STEP`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn avx512_rows<const R: usize, const BF16: bool>(
+    x: *const f64,
+    x_stride: usize,
+    w: *const u8,
+    w_stride: usize,
+    steps: usize,
+    lanes: *mut f64,
+) {
+    let row_bytes = w_stride * value_bytes(BF16);
+    // SAFETY (whole body): offsets stay inside the bounds the caller guarantees.
+    unsafe {
+        let mut c = [[_mm512_setzero_pd(); Z]; R];
+        for (r, row) in c.iter_mut().enumerate() {
+            for (z, acc) in row.iter_mut().enumerate() {
+                *acc = _mm512_loadu_pd(lanes.add(r * PANEL_STEP + 8 * z));
+            }
+        }
+        for s in 0..steps {
+            if s % 4 == 0 {
+                // Every row's next chunk: twelve interleaved streams (see `pack_avx2`).
+                for q in 0..NR {
+                    let ahead =
+                        w.wrapping_add(q * row_bytes + (4 * s + super::KC) * value_bytes(BF16));
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                }
+            }
+            // Outputs 2z and 2z + 1: their four values of this step, widened.
+            let wv: [__m512d; Z] = std::array::from_fn(|z| {
+                widen_pair::<BF16>(w.add(2 * z * row_bytes), w.add((2 * z + 1) * row_bytes), s)
+            });
+            for (r, row) in c.iter_mut().enumerate() {
+                let xv = _mm512_broadcast_f64x4(_mm256_loadu_pd(x.add(r * x_stride + 4 * s)));
+                for (acc, wz) in row.iter_mut().zip(&wv) {
+                    *acc = _mm512_fmadd_pd(xv, *wz, *acc);
+                }
+            }
+        }
+        for (r, row) in c.iter().enumerate() {
+            for (z, acc) in row.iter().enumerate() {
+                _mm512_storeu_pd(lanes.add(r * PANEL_STEP + 8 * z), *acc);
+            }
+        }
+    }
+}
+
 /// Outputs per AVX2 pass.
 const G: usize = 3;
 
@@ -116,6 +205,48 @@ unsafe fn pack_avx2(src: *const f32, wp: *mut f64, q: usize, steps: usize) {
             }
             let v = _mm_loadu_ps(src.add(4 * s));
             _mm256_storeu_pd(wp.add(s * PANEL_STEP + 4 * q), _mm256_cvtps_pd(v));
+        }
+    }
+}
+
+/// Packs two adjacent weight rows into panel slots `q` and `q + 1` (`q` even): each step's
+/// four values of both rows widened in one 512-bit conversion and stored as one 64-byte run.
+/// `a` and `b` are the rows' bytes from the chunk's first value on: f32 values, or bf16 bit
+/// patterns with `BF16`. The caller (`pack_panel`) checked `q + 1 < NR`, both rows at least
+/// `4 * steps` values long and `wp.len() >= steps * PANEL_STEP`, and that AVX-512F is present.
+pub(super) fn pack_pair_avx512<const BF16: bool>(
+    a: &[u8],
+    b: &[u8],
+    wp: &mut [f64],
+    q: usize,
+    steps: usize,
+) {
+    let (ap, bp, dp) = (a.as_ptr(), b.as_ptr(), wp.as_mut_ptr());
+    // SAFETY: AVX-512F was detected by the caller; the values `4s + 3` (< 4·steps ≤ each
+    // row's length) and `s·PANEL_STEP + 4q + 7` (< steps·PANEL_STEP ≤ wp.len(), as q + 1 < NR)
+    // are in bounds.
+    unsafe { pack_pair::<BF16>(ap, bp, dp, q, steps) }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_pair<const BF16: bool>(
+    a: *const u8,
+    b: *const u8,
+    wp: *mut f64,
+    q: usize,
+    steps: usize,
+) {
+    let ahead = super::KC * value_bytes(BF16);
+    // SAFETY (whole body): offsets as documented by `pack_pair_avx512`.
+    unsafe {
+        for s in 0..steps {
+            if s % 4 == 0 {
+                // As in `pack_avx2`: the rows' next chunks, never dereferenced here.
+                let at = 4 * s * value_bytes(BF16) + ahead;
+                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(at).cast());
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(at).cast());
+            }
+            _mm512_storeu_pd(wp.add(s * PANEL_STEP + 4 * q), widen_pair::<BF16>(a, b, s));
         }
     }
 }
