@@ -16,9 +16,9 @@
 //! lloyd4, the llama.cpp dialect's GGML-typed tables) already holds scaled values, so
 //! `engram.embed.weight` is the decoded row and `engram.embed.scale` is all ones.
 
-use crate::gguf::dialect::{Deepseek41Meta, Dialect, EngramMeta};
 use crate::gguf::names::{reference_to_gguf, TensorPart};
 use crate::gguf::quant::{e4m3_to_f32, e8m0_to_f32, EngramEncoding};
+use crate::gguf::{Deepseek41Meta, Dialect, EngramMeta};
 use crate::gguf::{EngramTables as GgufEngramTables, GgufError, GgufSet};
 use crate::golden::{EngramFixture, StorageDtype};
 use crate::model::config::{ConfigError, EngramConfig, ModelConfig, ScoreFunc};
