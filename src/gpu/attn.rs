@@ -2,6 +2,7 @@
 //! index concatenation and sparse attention with sinks.
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/attn.wgsl`: uniform, a, kv, sink, idx (read), out (read-write).
@@ -65,9 +66,11 @@ pub fn ring_write(
     gpu.dispatch(
         &FAMILY,
         "ring_write",
-        bytemuck::bytes_of(&p),
+        &p,
         &[kv, &d, &d, &d, ring],
         (groups_for(hd), s as u32, 1),
+        // The ring slot depends on the position.
+        WriteMap::Opaque,
     )
 }
 
@@ -99,9 +102,17 @@ pub fn window_idx(
     gpu.dispatch(
         &FAMILY,
         "window_idx",
-        bytemuck::bytes_of(&p),
+        &p,
         &[&d, &d, &d, &d, idx],
         (groups_for(ww), s as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: w,
+            width: ww,
+            rows: s,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )
 }
 
@@ -129,9 +140,17 @@ pub fn idx_concat(
     gpu.dispatch(
         &FAMILY,
         "idx_concat",
-        bytemuck::bytes_of(&p),
+        &p,
         &[cidx, &d, &d, &d, idx],
         (groups_for(cw), s as u32, 1),
+        WriteMap::Grid {
+            offset: ww,
+            ld: w,
+            width: cw,
+            rows: s,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )
 }
 
@@ -172,12 +191,23 @@ pub fn sparse_attn(
         n_rows: (kv.len / hd) as u32,
         ..Default::default()
     };
-    gpu.dispatch(
+    // One thread per (token, head) row; q·k and p·v are hd multiply-adds per column each.
+    let map = WriteMap::RowThreads {
+        offset: 0,
+        ld: hd,
+        width: hd,
+        rows: s * n_heads,
+        period: s * n_heads,
+    };
+    let flops = 4 * (s * n_heads * w * hd) as u64;
+    gpu.dispatch_counted(
         &FAMILY,
         "sparse_attn",
-        bytemuck::bytes_of(&p),
+        &p,
         &[q, kv, sink, idx, &o],
         (groups_for(s * n_heads), 1, 1),
+        map,
+        flops,
     )?;
     Ok(o)
 }

@@ -7,6 +7,7 @@
 //! `num::torch_cpu_topk_set` instead (as production ports do).
 
 use super::exec::{flat_groups, groups_for, Access, Family, Gpu, Tensor};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/compress.wgsl`: uniform, a, b, c (read), out (read-write).
@@ -85,9 +86,17 @@ pub fn pool(
     gpu.dispatch(
         &FAMILY,
         "pool",
-        bytemuck::bytes_of(&p),
+        &p,
         &[kv, score, &d, &out],
         (groups_for(hd), groups as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: hd,
+            width: hd,
+            rows: groups,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }
@@ -122,9 +131,17 @@ pub fn index_scores(
     gpu.dispatch(
         &FAMILY,
         "index_scores",
-        bytemuck::bytes_of(&p),
+        &p,
         &[iq, keys, wts, &out],
         (groups_for(t_vis), s as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: t_vis,
+            width: t_vis,
+            rows: s,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }
@@ -150,9 +167,14 @@ pub fn cand_mask_apply(
     gpu.dispatch(
         &FAMILY,
         "cand_mask_apply",
-        bytemuck::bytes_of(&p),
+        &p,
         &[&d, mask, &d, score],
         (gx, gy, 1),
+        WriteMap::Flat {
+            offset: 0,
+            len: s * t_vis,
+            per_thread: 1,
+        },
     )
 }
 
@@ -181,12 +203,21 @@ pub fn candidate_blocks(
         ..Default::default()
     };
     let nb = t_vis.div_ceil(block);
+    // Thread (b, t) writes the `block` positions of block b in row t.
     gpu.dispatch(
         &FAMILY,
         "candidate_blocks",
-        bytemuck::bytes_of(&p),
+        &p,
         &[score, &d, &d, &out],
         (groups_for(nb), s as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: t_vis,
+            width: t_vis,
+            rows: s,
+            cols_per_thread: block,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }
@@ -224,16 +255,26 @@ pub fn topk(
     gpu.dispatch(
         &FAMILY,
         "topk_flags",
-        bytemuck::bytes_of(&p),
+        &p,
         &[score, &d, &d, &flags],
         g,
+        WriteMap::Grid {
+            offset: 0,
+            ld: t_vis,
+            width: t_vis,
+            rows: s,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
+    // A kept position's slot in its row is its rank among the kept: data-dependent.
     gpu.dispatch(
         &FAMILY,
         "topk_compact",
-        bytemuck::bytes_of(&p),
+        &p,
         &[score, &d, &flags, &out],
         g,
+        WriteMap::Opaque,
     )?;
     Ok(out)
 }

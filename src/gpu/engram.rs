@@ -3,6 +3,7 @@
 //! weight source (real tables are hundreds of GB; nothing reads a whole table).
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/engram.wgsl`: uniform, a, b, q_weight, k_weight (read), out (read-write).
@@ -59,9 +60,17 @@ pub fn engram_embed(
     gpu.dispatch(
         &FAMILY,
         "engram_embed",
-        bytemuck::bytes_of(&p),
+        &p,
         &[rows_t, scales, &d, &d, &out],
         (groups_for(width), rows as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: width,
+            width,
+            rows,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }
@@ -91,12 +100,20 @@ pub fn engram_gate(
         inv_sqrt_d: (d as f64).powf(-0.5) as f32,
         ..Default::default()
     };
+    // Workgroup t · hc + c gates stream row (t, c); its invocations stride along d.
+    let map = WriteMap::RowGroups {
+        offset: 0,
+        ld: d,
+        width: d,
+        rows: s * hc,
+    };
     gpu.dispatch(
         &FAMILY,
         "engram_gate",
-        bytemuck::bytes_of(&p),
+        &p,
         &[h, kv, qw, kw, &out],
         ((s * hc) as u32, 1, 1),
+        map,
     )?;
     Ok(out)
 }

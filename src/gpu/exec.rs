@@ -4,9 +4,13 @@
 //! carried as exact f32 integers (|v| < 2^24, checked where they are made).
 
 use super::context::GpuContext;
+use super::profile::{DispatchTime, Profile, TimingSource};
+use super::provenance::{CaptureProvenance, Dispatch, Ledger, WriteMap};
+use super::shaders::{EntryInfo, ShaderSet};
 use super::{guard, GpuError};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// How a kernel family's binding is accessed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,32 +45,25 @@ pub const FAMILIES: &[&Family] = &[
     &super::moe::FAMILY,
 ];
 
-/// Parse and validate a family (with the common prelude) through naga, without a GPU; returns
-/// the number of entry points, after checking each declared one exists.
+/// Parse, validate and interface-check an embedded family (with the common prelude) through
+/// naga, without a GPU; returns the number of entry points.
 pub fn validate_family(fam: &Family) -> Result<usize, String> {
-    let full = format!("{}\n{}", super::COMMON_WGSL, fam.source);
-    let module = wgpu::naga::front::wgsl::parse_str(&full)
-        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
-    let mut v = wgpu::naga::valid::Validator::new(
-        wgpu::naga::valid::ValidationFlags::all(),
-        wgpu::naga::valid::Capabilities::default(),
-    );
-    v.validate(&module)
-        .map_err(|e| format!("{}: {}", fam.name, e.emit_to_string(&full)))?;
-    for entry in fam.entries {
-        if !module.entry_points.iter().any(|e| e.name == *entry) {
-            return Err(format!("{}: entry `{entry}` missing", fam.name));
-        }
-    }
-    Ok(module.entry_points.len())
+    super::shaders::ShaderSet::embedded()
+        .validate_family(fam)
+        .map_err(|e| e.rendered())
 }
 
-/// A device tensor of `len` f32 values.
+/// A device tensor of `len` f32 values. Clones share the buffer and its `id`.
 #[derive(Debug, Clone)]
 pub struct Tensor {
     pub buf: Arc<wgpu::Buffer>,
     pub len: usize,
+    /// Unique per buffer for the life of the process (the provenance ledger's key).
+    pub id: u64,
 }
+
+/// The next [`Tensor::id`].
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Tensor {
     /// Size in bytes of the values (not of the allocation, which is at least 4).
@@ -110,6 +107,8 @@ pub struct Pending {
 /// The executor over one context.
 pub struct Gpu {
     pub ctx: GpuContext,
+    /// The WGSL every pipeline is compiled from (embedded, or `--shaders DIR`).
+    shaders: Arc<ShaderSet>,
     layouts: HashMap<&'static str, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     modules: HashMap<&'static str, wgpu::ShaderModule>,
     pipelines: HashMap<(&'static str, &'static str), wgpu::ComputePipeline>,
@@ -121,6 +120,32 @@ pub struct Gpu {
     /// Largest chunk of a chunked weight, in bytes: the adapter's binding limit, or less when a
     /// test forces chunking on small tensors.
     pub max_chunk_bytes: u64,
+    /// Who wrote each buffer since the regime began (kernel provenance); behind a lock so the
+    /// `&self` uploads record too.
+    ledger: Mutex<Ledger>,
+    /// `(workgroup size, file, line)` per `(family, entry)` of the current shader set.
+    entry_info: HashMap<(&'static str, &'static str), EntryInfo>,
+    /// Per-dispatch timing, when profiling.
+    profiler: Option<Profiler>,
+}
+
+/// Timing state while profiling.
+struct Profiler {
+    profile: Profile,
+    /// The step label dispatches are filed under.
+    step: String,
+    /// Timestamp queries (two per dispatch) when the device has them.
+    queries: Option<Timestamps>,
+    /// Dispatches recorded into the current submission, waiting for their timestamps.
+    waiting: Vec<DispatchTime>,
+}
+
+/// A timestamp query set and the buffers its results travel through.
+struct Timestamps {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    period_ns: f32,
 }
 
 /// Submit after this many recorded dispatches, so lavapipe never sees one enormous batch.
@@ -147,11 +172,21 @@ pub fn flat_groups(n: usize) -> (u32, u32) {
 }
 
 impl Gpu {
-    /// An executor on `ctx`.
+    /// An executor on `ctx` with the embedded shaders.
     pub fn new(ctx: GpuContext) -> Gpu {
+        Gpu::with_shaders(ctx, Arc::new(ShaderSet::embedded()))
+    }
+
+    /// An executor on `ctx` compiling its pipelines from `shaders` (validated by the caller:
+    /// [`ShaderSet::from_dir`] validates).
+    pub fn with_shaders(ctx: GpuContext, shaders: Arc<ShaderSet>) -> Gpu {
         let max_chunk_bytes = ctx.max_binding_bytes();
         Gpu {
             max_chunk_bytes,
+            shaders,
+            ledger: Mutex::new(Ledger::default()),
+            entry_info: HashMap::new(),
+            profiler: None,
             ctx,
             layouts: HashMap::new(),
             modules: HashMap::new(),
@@ -160,6 +195,24 @@ impl Gpu {
             pending_dispatches: 0,
             dispatch_count: 0,
         }
+    }
+
+    /// The shader set the pipelines come from.
+    pub fn shaders(&self) -> &Arc<ShaderSet> {
+        &self.shaders
+    }
+
+    /// Switch to `shaders`, dropping the modules and pipelines of the families whose source
+    /// changed (the others are kept); returns those families.
+    pub fn set_shaders(&mut self, shaders: Arc<ShaderSet>) -> Vec<&'static str> {
+        let changed = shaders.changed_families(&self.shaders);
+        for fam in &changed {
+            self.modules.remove(fam);
+            self.pipelines.retain(|(f, _), _| f != fam);
+            self.entry_info.retain(|(f, _), _| f != fam);
+        }
+        self.shaders = shaders;
+        changed
     }
 
     fn check_size(&self, what: &str, n: usize) -> Result<u64, GpuError> {
@@ -194,6 +247,7 @@ impl Gpu {
         Ok(Tensor {
             buf: Arc::new(self.buffer(what, n)?),
             len: n,
+            id: NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -205,12 +259,28 @@ impl Gpu {
                 .queue
                 .write_buffer(&t.buf, 0, bytemuck::cast_slice(data));
         }
+        self.ledger().host(t.id, what, 0, data.len());
         Ok(t)
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Overwrite `data.len()` values of `t` starting at element `offset` (queue order: before
     /// the next submission's work, after the previous one's).
     pub fn write(&mut self, t: &Tensor, offset: usize, data: &[f32]) -> Result<(), GpuError> {
+        self.write_labelled(t, offset, data, "host write")
+    }
+
+    /// [`Gpu::write`], named `what` in the provenance ledger.
+    pub fn write_labelled(
+        &mut self,
+        t: &Tensor,
+        offset: usize,
+        data: &[f32],
+        what: &str,
+    ) -> Result<(), GpuError> {
         if offset + data.len() > t.len {
             return Err(guard(
                 "write",
@@ -223,6 +293,7 @@ impl Gpu {
             self.ctx
                 .queue
                 .write_buffer(&t.buf, (offset * 4) as u64, bytemuck::cast_slice(data));
+            self.ledger().host(t.id, what, offset, data.len());
         }
         Ok(())
     }
@@ -325,14 +396,25 @@ impl Gpu {
         }
         self.family_layout(fam);
         let device = self.ctx.device.clone();
-        let module = self.modules.entry(fam.name).or_insert_with(|| {
-            let src = format!("{}\n{}", super::COMMON_WGSL, fam.source);
-            device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(fam.name),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            })
-        });
-        let module = module.clone();
+        let module = match self.modules.get(fam.name) {
+            Some(m) => m.clone(),
+            None => {
+                let src = self
+                    .shaders
+                    .full_source(fam.name)
+                    .ok_or_else(|| guard(fam.name, "no such family in the shader set"))?;
+                let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+                let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(fam.name),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                });
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    return Err(GpuError::Wgpu(format!("{}: {e}", fam.name)));
+                }
+                self.modules.insert(fam.name, m.clone());
+                m
+            }
+        };
         let (_, pl) = &self.layouts[fam.name];
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -347,6 +429,15 @@ impl Gpu {
             return Err(GpuError::Wgpu(format!("{}::{entry}: {e}", fam.name)));
         }
         self.pipelines.insert((fam.name, entry), p.clone());
+        if !self.entry_info.contains_key(&(fam.name, entry)) {
+            if let Ok(infos) = self.shaders.entry_infos(fam.name) {
+                for e in fam.entries {
+                    if let Some(i) = infos.iter().find(|i| i.entry == *e) {
+                        self.entry_info.insert((fam.name, *e), i.clone());
+                    }
+                }
+            }
+        }
         Ok(p)
     }
 
@@ -360,14 +451,31 @@ impl Gpu {
     }
 
     /// Record one dispatch of `fam::entry` with `params` (the family's uniform struct) and the
-    /// storage `bufs` (bindings 1..), over `groups` workgroups.
-    pub fn dispatch(
+    /// storage `bufs` (bindings 1..), over `groups` workgroups; `map` says which elements of
+    /// its read-write binding it writes, by which invocation (kernel provenance).
+    pub fn dispatch<P: bytemuck::Pod + std::fmt::Debug>(
         &mut self,
         fam: &'static Family,
         entry: &'static str,
-        params: &[u8],
+        params: &P,
         bufs: &[&Tensor],
         groups: (u32, u32, u32),
+        map: WriteMap,
+    ) -> Result<(), GpuError> {
+        self.dispatch_counted(fam, entry, params, bufs, groups, map, 0)
+    }
+
+    /// [`Gpu::dispatch`] stating the dispatch's floating-point operations (profiles).
+    #[allow(clippy::too_many_arguments)] // dispatch's arguments plus the flop count
+    pub fn dispatch_counted<P: bytemuck::Pod + std::fmt::Debug>(
+        &mut self,
+        fam: &'static Family,
+        entry: &'static str,
+        params: &P,
+        bufs: &[&Tensor],
+        groups: (u32, u32, u32),
+        map: WriteMap,
+        flops: u64,
     ) -> Result<(), GpuError> {
         if bufs.len() + 1 != fam.bindings.len() {
             return Err(guard(
@@ -379,21 +487,27 @@ impl Gpu {
                 ),
             ));
         }
-        if groups.0 > MAX_GROUPS || groups.1 > MAX_GROUPS || groups.2 > MAX_GROUPS {
-            return Err(guard(fam.name, format!("{entry}: {groups:?} workgroups")));
+        self.ctx.check_health()?;
+        let max = MAX_GROUPS.min(self.ctx.adapter.limits.max_workgroups_per_dimension);
+        if groups.0 > max || groups.1 > max || groups.2 > max {
+            return Err(guard(
+                fam.name,
+                format!("{entry}: {groups:?} workgroups, the adapter allows {max} per dimension"),
+            ));
         }
         if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 {
             return Ok(());
         }
         let pipeline = self.pipeline(fam, entry)?;
+        let params_bytes = bytemuck::bytes_of(params);
         let uniform = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
-            size: params.len().max(16) as u64,
+            size: params_bytes.len().max(16) as u64,
             // UNIFORM: binding 0; COPY_DST: filled by the queue write below.
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        self.ctx.queue.write_buffer(&uniform, 0, params);
+        self.ctx.queue.write_buffer(&uniform, 0, params_bytes);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: uniform.as_entire_binding(),
@@ -413,11 +527,31 @@ impl Gpu {
                 layout: bgl,
                 entries: &entries,
             });
+        self.record_provenance(fam, entry, params, bufs, groups, map);
+        let timed = self.profiler.is_some();
+        let t0 = std::time::Instant::now();
+        let slot = self.timestamp_slot();
         {
-            let enc = self.encoder();
+            let queries = self
+                .profiler
+                .as_ref()
+                .and_then(|p| p.queries.as_ref())
+                .zip(slot);
+            let timestamp_writes = queries.map(|(q, k)| wgpu::ComputePassTimestampWrites {
+                query_set: &q.set,
+                beginning_of_pass_write_index: Some(2 * k),
+                end_of_pass_write_index: Some(2 * k + 1),
+            });
+            let enc = self.encoder.get_or_insert_with(|| {
+                self.ctx
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("golden-lens step"),
+                    })
+            });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(entry),
-                timestamp_writes: None,
+                timestamp_writes,
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bg, &[]);
@@ -425,10 +559,202 @@ impl Gpu {
         }
         self.dispatch_count += 1;
         self.pending_dispatches += 1;
+        if timed {
+            let bytes = bufs.iter().map(|b| b.bytes()).sum::<u64>() + params_bytes.len() as u64;
+            self.time_dispatch(fam.name, entry, bytes, flops, t0);
+        }
         if self.pending_dispatches >= MAX_DISPATCHES_PER_SUBMIT {
             self.flush();
         }
         Ok(())
+    }
+
+    /// Record `fam::entry`'s write into its read-write binding in the ledger.
+    fn record_provenance<P: std::fmt::Debug>(
+        &mut self,
+        fam: &'static Family,
+        entry: &'static str,
+        params: &P,
+        bufs: &[&Tensor],
+        groups: (u32, u32, u32),
+        map: WriteMap,
+    ) {
+        let Some(out) = fam
+            .bindings
+            .iter()
+            .skip(1)
+            .zip(bufs)
+            .filter(|(a, _)| **a == Access::ReadWrite)
+            .map(|(_, b)| b.id)
+            .next_back()
+        else {
+            return;
+        };
+        let (workgroup_size, file, line) = match self.entry_info.get(&(fam.name, entry)) {
+            Some(i) => (i.workgroup_size, i.file.clone(), i.line),
+            None => ([WG, 1, 1], format!("shaders/{}.wgsl", fam.name), None),
+        };
+        let d = Arc::new(Dispatch {
+            seq: self.dispatch_count,
+            family: fam.name,
+            entry,
+            file,
+            line,
+            workgroup_size,
+            groups: [groups.0, groups.1, groups.2],
+            uniforms: format!("{params:?}"),
+            map,
+        });
+        self.ledger().kernel(out, d);
+    }
+
+    /// Start timing every dispatch (`check --profile`): GPU timestamps where the device has
+    /// them, the host clock around each dispatch submitted alone otherwise.
+    pub fn start_profiling(&mut self) {
+        self.start_profiling_with(TimingSource::GpuTimestamps);
+    }
+
+    /// [`Gpu::start_profiling`] preferring `source` (GPU timestamps fall back to the wall clock
+    /// where the device has none).
+    pub fn start_profiling_with(&mut self, source: TimingSource) {
+        self.flush();
+        let device = &self.ctx.device;
+        let queries = (source == TimingSource::GpuTimestamps
+            && self.ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY))
+        .then(|| {
+            let n = 2 * MAX_DISPATCHES_PER_SUBMIT as u32;
+            let bytes = u64::from(n) * 8;
+            Timestamps {
+                set: device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("dispatch timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: n,
+                }),
+                resolve: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size: bytes,
+                    // QUERY_RESOLVE: resolve_query_set's target; COPY_SRC: to the readback.
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                readback: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps readback"),
+                    size: bytes,
+                    // MAP_READ: read on the host; COPY_DST: filled from the resolve buffer.
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                period_ns: self.ctx.queue.get_timestamp_period(),
+            }
+        });
+        let source = if queries.is_some() {
+            TimingSource::GpuTimestamps
+        } else {
+            TimingSource::CpuWallClock
+        };
+        self.profiler = Some(Profiler {
+            profile: Profile::new(source),
+            step: String::new(),
+            queries,
+            waiting: Vec::new(),
+        });
+    }
+
+    /// File the following dispatches under `step` (profiles).
+    pub fn set_profile_step(&mut self, step: &str) {
+        if let Some(p) = &mut self.profiler {
+            p.step = step.to_string();
+        }
+    }
+
+    /// The profile so far, when profiling (submits and resolves pending timestamps first).
+    pub fn profile(&mut self) -> Option<Profile> {
+        self.flush();
+        self.profiler.as_ref().map(|p| p.profile.clone())
+    }
+
+    /// The timestamp pair index of the next dispatch in this submission.
+    fn timestamp_slot(&self) -> Option<u32> {
+        let p = self.profiler.as_ref()?;
+        p.queries.as_ref()?;
+        Some(p.waiting.len() as u32)
+    }
+
+    fn time_dispatch(
+        &mut self,
+        family: &'static str,
+        entry: &'static str,
+        bytes: u64,
+        flops: u64,
+        t0: std::time::Instant,
+    ) {
+        let Some(p) = &mut self.profiler else {
+            return;
+        };
+        let d = DispatchTime {
+            family,
+            entry,
+            step: p.step.clone(),
+            seconds: 0.0,
+            bytes,
+            flops,
+        };
+        if p.queries.is_some() {
+            p.waiting.push(d);
+            return;
+        }
+        p.waiting.push(d);
+        // No timestamps: this dispatch alone, submitted and waited for.
+        self.flush();
+        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        if let Some(p) = &mut self.profiler {
+            if let Some(mut d) = p.waiting.pop() {
+                d.seconds = t0.elapsed().as_secs_f64();
+                p.profile.dispatches.push(d);
+            }
+        }
+    }
+
+    /// After a submission: read the timestamps of its dispatches into the profile.
+    fn collect_timestamps(&mut self) {
+        let Some(p) = &mut self.profiler else {
+            return;
+        };
+        let Some(q) = &p.queries else {
+            return;
+        };
+        if p.waiting.is_empty() {
+            return;
+        }
+        let n = p.waiting.len() as u64;
+        let mut enc = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("timestamps"),
+            });
+        enc.resolve_query_set(&q.set, 0..(2 * n) as u32, &q.resolve, 0);
+        enc.copy_buffer_to_buffer(&q.resolve, 0, &q.readback, 0, 16 * n);
+        self.ctx.queue.submit([enc.finish()]);
+        let slice = q.readback.slice(..16 * n);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r.is_ok());
+        });
+        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        let waiting = std::mem::take(&mut p.waiting);
+        if rx.recv().unwrap_or(false) {
+            if let Ok(view) = slice.get_mapped_range() {
+                let ticks: Vec<u64> = bytemuck::cast_slice::<u8, u64>(&view).to_vec();
+                drop(view);
+                for (i, mut d) in waiting.into_iter().enumerate() {
+                    let (a, b) = (ticks[2 * i], ticks[2 * i + 1]);
+                    d.seconds = b.saturating_sub(a) as f64 * f64::from(q.period_ns) * 1e-9;
+                    p.profile.dispatches.push(d);
+                }
+            }
+            q.readback.unmap();
+        }
     }
 
     /// Record a copy of `n` values from `src[src_off..]` to `dst[dst_off..]`.
@@ -452,6 +778,7 @@ impl Gpu {
         if n == 0 {
             return Ok(());
         }
+        self.ledger().copy(src.id, src_off, dst.id, dst_off, n);
         let (s, d) = (src.buf.clone(), dst.buf.clone());
         self.encoder().copy_buffer_to_buffer(
             &s,
@@ -476,12 +803,33 @@ impl Gpu {
         Ok(t)
     }
 
+    /// Lose the device on purpose (`--inject device-lost@CAPTURE`): recorded as lost at once
+    /// (wgpu reports a destroyed device's loss only at its next poll), then destroyed, so every
+    /// later dispatch and read-back fails with [`GpuError::DeviceLost`].
+    pub fn lose_device(&mut self, why: &str) {
+        self.ctx.health.mark_lost(format!("Destroyed: {why}"));
+        self.encoder = None;
+        self.pending_dispatches = 0;
+        self.ctx.device.destroy();
+    }
+
     /// Submit everything recorded so far.
     pub fn flush(&mut self) {
         if let Some(enc) = self.encoder.take() {
             self.ctx.queue.submit([enc.finish()]);
         }
         self.pending_dispatches = 0;
+        self.collect_timestamps();
+    }
+
+    /// Forget the provenance ledger (a new regime: buffers are rewritten from scratch).
+    pub fn clear_provenance(&mut self) {
+        self.ledger().clear();
+    }
+
+    /// The history of `n` values of `t` from `off` as it stands now (take it at capture time).
+    pub fn provenance(&self, t: &Tensor, off: usize, n: usize) -> CaptureProvenance {
+        self.ledger().snapshot(t.id, off, n)
     }
 
     /// Record, at this point of the command stream, a copy of `n` values of `t` from `off` into
@@ -527,10 +875,10 @@ impl Gpu {
                 });
         }
         drop(tx);
-        self.ctx
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Map(e.to_string()))?;
+        let polled = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        // A lost device fails the poll or the maps: say so rather than "could not be mapped".
+        self.ctx.check_health()?;
+        polled.map_err(|e| GpuError::Map(e.to_string()))?;
         let mut ok = vec![false; pending.len()];
         for (i, good) in rx.iter() {
             ok[i] = good;

@@ -12,14 +12,21 @@
 //! forces one (tests, `examples/gemm_speed.rs`).
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor, WeightTensor, MAX_GROUPS};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// Rows of y per `gemm_tiled` workgroup (`TILE_M` in the shader).
 pub const TILE_M: usize = 16;
 /// Columns of y per `gemm_tiled` workgroup (`TILE_N` in the shader).
 pub const TILE_N: usize = 64;
+/// `gemm_tiled`'s `@workgroup_size(16, 4)`: thread (tx, ty) owns rows ty + 4a, columns tx + 16b.
+pub const TILED_THREADS: (usize, usize) = (16, 4);
 /// Rows of y per `gemm_rows4` thread.
 pub const ROWS4: usize = 4;
+/// Workgroup memory `gemm_tiled` stages: x and w slabs of `TILE_K = 16` rows, as high and low
+/// halves (`(16 + 64) · 16 · 2` f32). GLES 3.1 and WebGPU guarantee 16 KiB; an adapter that
+/// offers less runs the four-row kernel instead (same bits).
+pub const TILED_WORKGROUP_BYTES: u32 = ((TILE_M + TILE_N) * 16 * 2 * 4) as u32;
 
 /// Which kernel of `gemm.wgsl` runs a GEMM. All give the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +55,22 @@ impl GemmKernel {
         }
     }
 
-    /// Whether `gpu` runs on a CPU adapter (lavapipe), for [`GemmKernel::for_shape`].
+    /// [`GemmKernel::for_shape`] on `gpu`'s adapter, within its limits: the tiled kernel only
+    /// where its workgroup memory fits.
+    pub fn for_gpu(m: usize, gpu: &Gpu) -> GemmKernel {
+        match GemmKernel::for_shape(m, GemmKernel::cpu_adapter(gpu)) {
+            GemmKernel::Tiled
+                if gpu.ctx.adapter.limits.max_workgroup_storage_bytes < TILED_WORKGROUP_BYTES =>
+            {
+                GemmKernel::Rows4
+            }
+            k => k,
+        }
+    }
+
+    /// Whether `gpu` runs on a CPU adapter (lavapipe, llvmpipe), for [`GemmKernel::for_shape`].
     pub fn cpu_adapter(gpu: &Gpu) -> bool {
-        gpu.ctx.adapter.device_type == format!("{:?}", wgpu::DeviceType::Cpu)
+        gpu.ctx.adapter.is_cpu()
     }
 
     /// The entry point; `low_halves`: whether the weight has values with nonzero low halves.
@@ -62,6 +82,31 @@ impl GemmKernel {
             (GemmKernel::Rows4, false) => "gemm_rows4_bw",
             (GemmKernel::Tiled, true) => "gemm_tiled",
             (GemmKernel::Tiled, false) => "gemm_tiled_bw",
+        }
+    }
+
+    /// Which invocation writes which element of y (columns `[y_off, y_off + n)` of `m` rows of
+    /// stride `ldy`), from each kernel's own indexing.
+    fn write_map(self, y_off: usize, ldy: usize, n: usize, m: usize) -> WriteMap {
+        match self {
+            GemmKernel::PerOutput | GemmKernel::Rows4 => WriteMap::Grid {
+                offset: y_off,
+                ld: ldy,
+                width: n,
+                rows: m,
+                cols_per_thread: 1,
+                rows_per_thread: if self == GemmKernel::Rows4 { ROWS4 } else { 1 },
+            },
+            GemmKernel::Tiled => WriteMap::Tiled {
+                offset: y_off,
+                ld: ldy,
+                width: n,
+                rows: m,
+                tile_m: TILE_M,
+                tile_n: TILE_N,
+                threads_x: TILED_THREADS.0,
+                threads_y: TILED_THREADS.1,
+            },
         }
     }
 
@@ -145,7 +190,7 @@ fn u(v: usize, what: &str) -> Result<u32, GpuError> {
 }
 
 /// `y[i, y_off + o] = x[i, ..] · w[w_row0 + o, ..]` for `o < n`, with `y` of row stride `ldy`,
-/// on the entry point [`GemmKernel::for_shape`] picks.
+/// on the entry point [`GemmKernel::for_gpu`] picks.
 #[allow(clippy::too_many_arguments)] // operand views and offsets, as the kernel takes them
 pub fn gemm_into(
     gpu: &mut Gpu,
@@ -159,7 +204,7 @@ pub fn gemm_into(
     y_off: usize,
     round_bf16: bool,
 ) -> Result<(), GpuError> {
-    let kernel = GemmKernel::for_shape(xv.m, GemmKernel::cpu_adapter(gpu));
+    let kernel = GemmKernel::for_gpu(xv.m, gpu);
     gemm_into_using(gpu, kernel, x, xv, w, w_row0, n, y, ldy, y_off, round_bf16)
 }
 
@@ -223,12 +268,16 @@ pub fn gemm_into_using(
             zero: 0,
             _pad: [0; 2],
         };
-        gpu.dispatch(
+        let map = kernel.write_map(y_off + (lo - w_row0), ldy, hi - lo, xv.m);
+        let flops = 2 * (xv.m * xv.k * (hi - lo)) as u64;
+        gpu.dispatch_counted(
             &FAMILY,
             kernel.entry(w.low_halves),
-            bytemuck::bytes_of(&p),
+            &p,
             &[x, chunk, y],
             kernel.groups(xv.m, hi - lo)?,
+            map,
+            flops,
         )?;
     }
     Ok(())

@@ -4,6 +4,7 @@
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor, WeightTensor};
 use super::gemm::linear;
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/hc.wgsl`: uniform, h (read), m (read), aux (read), out (read-write).
@@ -110,12 +111,26 @@ pub fn hc_mixes(
         comb_off: (2 * s * hc) as u32,
         _pad: [0; 2],
     };
+    // Thread t writes token t's pre, post and comb rows.
+    let rows = |offset: usize, width: usize| WriteMap::RowThreads {
+        offset,
+        ld: width,
+        width,
+        rows: s,
+        period: s,
+    };
+    let map = WriteMap::Regions(vec![
+        rows(0, hc),
+        rows(s * hc, hc),
+        rows(2 * s * hc, hc * hc),
+    ]);
     gpu.dispatch(
         &FAMILY,
         "hc_mix",
-        bytemuck::bytes_of(&p),
+        &p,
         &[h, &m, scale_base, &out],
         (groups_for(s), 1, 1),
+        map,
     )?;
     Ok(Mixes { t: out, s, hc })
 }
@@ -145,9 +160,17 @@ pub fn hc_pre(
     gpu.dispatch(
         &FAMILY,
         "hc_pre",
-        bytemuck::bytes_of(&p),
+        &p,
         &[h, coef, &dummy, &out],
         (groups_for(d), s as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: d,
+            width: d,
+            rows: s,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }
@@ -176,9 +199,17 @@ pub fn hc_post(
     gpu.dispatch(
         &FAMILY,
         "hc_post",
-        bytemuck::bytes_of(&p),
+        &p,
         &[res, &mixes.t, x, &out],
         (groups_for(d), (s * hc) as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: d,
+            width: d,
+            rows: s * hc,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }

@@ -19,16 +19,20 @@ pub enum InjectionKind {
     /// The capture reads a buffer nobody refreshed: the previous regime's values (zeros in the
     /// first regime).
     StaleBuffer,
+    /// The device is lost right after the producing kernel (as a driver reset or a removed GPU
+    /// would): the GPU backend's run ends with [`crate::gpu::GpuError::DeviceLost`].
+    DeviceLost,
 }
 
 impl InjectionKind {
     /// Every kind, with its CLI name.
-    pub const ALL: [(InjectionKind, &'static str); 5] = [
+    pub const ALL: [(InjectionKind, &'static str); 6] = [
         (InjectionKind::BitFlip, "bitflip"),
         (InjectionKind::WindowOffByOne, "window-off-by-one"),
         (InjectionKind::RopeSign, "rope-sign"),
         (InjectionKind::DroppedWorkgroup, "dropped-workgroup"),
         (InjectionKind::StaleBuffer, "stale-buffer"),
+        (InjectionKind::DeviceLost, "device-lost"),
     ];
 
     /// The CLI name.

@@ -13,14 +13,21 @@ pub mod gemm;
 pub mod hc;
 pub mod inject;
 pub mod moe;
+pub mod profile;
+pub mod provenance;
 pub mod quant;
 pub mod rope;
 pub mod rows;
+pub mod shaders;
 
 pub use backend::{GpuBackend, GpuOptions};
-pub use context::{test_context, AdapterSummary, GpuContext};
+pub use context::{
+    list_adapters, test_context, AdapterChoice, AdapterChoiceError, AdapterSummary, DeviceHealth,
+    GpuContext, KernelLimits,
+};
 pub use exec::{Gpu, Tensor, WeightTensor};
 pub use inject::{Injection, InjectionKind};
+pub use shaders::{ShaderError, ShaderOrigin, ShaderSet};
 
 /// Helpers every kernel family is compiled with (bf16 rounding, exact-product pair sums).
 pub const COMMON_WGSL: &str = include_str!("../../shaders/common.wgsl");
@@ -28,9 +35,17 @@ pub const COMMON_WGSL: &str = include_str!("../../shaders/common.wgsl");
 /// Everything that can go wrong on the GPU path.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
-    /// No adapter (GPU or lavapipe) could be found.
-    #[error("no wgpu adapter found (install mesa-vulkan-drivers for lavapipe): {0}")]
-    NoAdapter(String),
+    /// No adapter that runs our compute kernels matched the choice (`seen` lists the adapters
+    /// that matched but cannot, with why).
+    #[error(
+        "no wgpu adapter with compute shaders for `{choice}`{}; install a GPU driver, or Mesa's \
+         lavapipe (mesa-vulkan-drivers) or GL (libegl1, libegl-mesa0, libgl1-mesa-dri)",
+        if seen.is_empty() { String::new() } else { format!(" (unsuitable: {})", seen.join("; ")) }
+    )]
+    NoAdapter { choice: String, seen: Vec<String> },
+    /// The device was lost (driver reset, removal, or an injected loss) in the middle of a run.
+    #[error("the GPU device on {adapter} was lost: {reason}")]
+    DeviceLost { adapter: String, reason: String },
     /// The adapter refused a device with its own limits.
     #[error("could not create a device on {adapter}: {msg}")]
     Device { adapter: String, msg: String },

@@ -2,6 +2,7 @@
 //! Routing tie rule on the GPU: descending biased score, equal scores by lower expert id.
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 use crate::model::{ModelConfig, ScoreFunc};
 
@@ -72,12 +73,20 @@ pub fn gate_scores(
     let out = gpu.zeros("gate scores", logits.len)?;
     let d = gpu.zeros("unused", 1)?;
     let p = base(cfg, s);
+    let ne = cfg.n_routed_experts;
     gpu.dispatch(
         &FAMILY,
         "gate_scores",
-        bytemuck::bytes_of(&p),
+        &p,
         &[logits, &d, &d, &out],
         (groups_for(s), 1, 1),
+        WriteMap::RowThreads {
+            offset: 0,
+            ld: ne,
+            width: ne,
+            rows: s,
+            period: s,
+        },
     )?;
     Ok(out)
 }
@@ -106,12 +115,22 @@ pub fn route(
     let d = gpu.zeros("unused", 1)?;
     let mut p = base(cfg, s);
     p.given = given.is_some() as u32;
+    // Thread t writes row t of the weights `[s, k]` and of the ids after them.
+    let k = cfg.n_activated_experts;
+    let map = WriteMap::RowThreads {
+        offset: 0,
+        ld: k,
+        width: k,
+        rows: 2 * s,
+        period: s,
+    };
     gpu.dispatch(
         &FAMILY,
         "route",
-        bytemuck::bytes_of(&p),
+        &p,
         &[scores, bias, &d, &out],
         (groups_for(s), 1, 1),
+        map,
     )?;
     Ok(out)
 }
@@ -137,9 +156,17 @@ pub fn swiglu(
     gpu.dispatch(
         &FAMILY,
         "swiglu",
-        bytemuck::bytes_of(&p),
+        &p,
         &[g, u, w, &out],
         (groups_for(inter), n as u32, 1),
+        WriteMap::Grid {
+            offset: 0,
+            ld: inter,
+            width: inter,
+            rows: n,
+            cols_per_thread: 1,
+            rows_per_thread: 1,
+        },
     )?;
     Ok(out)
 }

@@ -3,6 +3,7 @@
 //! (compressed latent), each in place on whole blocks.
 
 use super::exec::{flat_groups, Access, Family, Gpu, Tensor};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/quant.wgsl`: uniform, y (read-write).
@@ -65,7 +66,13 @@ pub fn quant(gpu: &mut Gpu, y: &Tensor, mode: QuantMode) -> Result<(), GpuError>
         zero: 0,
     };
     let (gx, gy) = flat_groups(n_blocks);
-    gpu.dispatch(&FAMILY, "quant", bytemuck::bytes_of(&p), &[y], (gx, gy, 1))
+    // One thread per block.
+    let map = WriteMap::Flat {
+        offset: 0,
+        len: y.len,
+        per_thread: block,
+    };
+    gpu.dispatch(&FAMILY, "quant", &p, &[y], (gx, gy, 1), map)
 }
 
 #[cfg(test)]

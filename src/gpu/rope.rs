@@ -4,6 +4,7 @@
 //! arithmetic is the complex product and the bf16 rounding.
 
 use super::exec::{groups_for, Access, Family, Gpu, Tensor, MAX_GROUPS};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 use crate::model::rope::{compressed_row_pos, RopeTable};
 
@@ -107,12 +108,22 @@ pub fn rope(
         inverse: inverse as u32,
         ..Default::default()
     };
+    // Thread (k, r) rotates the pair at columns start + 2k, start + 2k + 1 of row r.
+    let map = WriteMap::Grid {
+        offset: width - 2 * half,
+        ld: width,
+        width: 2 * half,
+        rows,
+        cols_per_thread: 2,
+        rows_per_thread: 1,
+    };
     gpu.dispatch(
         &FAMILY,
         "rope",
-        bytemuck::bytes_of(&p),
+        &p,
         &[&t, y],
         (groups_for(half), rows as u32, 1),
+        map,
     )
 }
 

@@ -2,6 +2,7 @@
 //! rounding add, scatter-add, and the `--inject` perturbations (bit flip, dropped workgroup).
 
 use super::exec::{flat_groups, groups_for, Access, Family, Gpu, Tensor, MAX_GROUPS};
+use super::provenance::WriteMap;
 use super::{guard, GpuError};
 
 /// `shaders/rows.wgsl`: uniform, x (read), w (read), idx (read), y (read-write).
@@ -51,8 +52,30 @@ fn run(
     p: Params,
     bufs: [&Tensor; 4],
     groups: (u32, u32, u32),
+    map: WriteMap,
 ) -> Result<(), GpuError> {
-    gpu.dispatch(&FAMILY, entry, bytemuck::bytes_of(&p), &bufs, groups)
+    gpu.dispatch(&FAMILY, entry, &p, &bufs, groups, map)
+}
+
+/// Rows of `width` written one thread per element, `gid = (col, row)`.
+fn grid(offset: usize, ld: usize, width: usize, rows: usize) -> WriteMap {
+    WriteMap::Grid {
+        offset,
+        ld,
+        width,
+        rows,
+        cols_per_thread: 1,
+        rows_per_thread: 1,
+    }
+}
+
+/// `len` elements from `offset`, one thread each, flat.
+fn flat(offset: usize, len: usize) -> WriteMap {
+    WriteMap::Flat {
+        offset,
+        len,
+        per_thread: 1,
+    }
 }
 
 fn dummy(gpu: &Gpu) -> Result<Tensor, GpuError> {
@@ -87,7 +110,13 @@ pub fn rmsnorm(
         eps,
         ..Default::default()
     };
-    run(gpu, "rmsnorm", p, [x, w, &d, &y], (rows as u32, 1, 1))?;
+    let map = WriteMap::RowGroups {
+        offset: 0,
+        ld: width,
+        width,
+        rows,
+    };
+    run(gpu, "rmsnorm", p, [x, w, &d, &y], (rows as u32, 1, 1), map)?;
     Ok(y)
 }
 
@@ -121,6 +150,7 @@ pub fn gather_rows(
         p,
         [x, &d, idx, &y],
         (groups_for(width), rows as u32, 1),
+        grid(0, width, width, rows),
     )?;
     Ok(y)
 }
@@ -145,6 +175,15 @@ pub fn expand(gpu: &mut Gpu, x: &Tensor, rows: usize, copies: usize) -> Result<T
         p,
         [x, &d, &d, &y],
         (groups_for(width), rows as u32, 1),
+        // Output row r · copies + c is written by thread row r.
+        WriteMap::Grid {
+            offset: 0,
+            ld: width,
+            width,
+            rows: rows * copies,
+            cols_per_thread: 1,
+            rows_per_thread: copies,
+        },
     )?;
     Ok(y)
 }
@@ -159,7 +198,14 @@ pub fn scale_round(gpu: &mut Gpu, x: &Tensor, scale: f32) -> Result<Tensor, GpuE
         ..Default::default()
     };
     let (gx, gy) = flat_groups(x.len);
-    run(gpu, "scale_round", p, [x, &d, &d, &y], (gx, gy, 1))?;
+    run(
+        gpu,
+        "scale_round",
+        p,
+        [x, &d, &d, &y],
+        (gx, gy, 1),
+        flat(0, x.len),
+    )?;
     Ok(y)
 }
 
@@ -175,7 +221,14 @@ pub fn add_round(gpu: &mut Gpu, a: &Tensor, b: &Tensor) -> Result<Tensor, GpuErr
         ..Default::default()
     };
     let (gx, gy) = flat_groups(a.len);
-    run(gpu, "add_round", p, [a, b, &d, &y], (gx, gy, 1))?;
+    run(
+        gpu,
+        "add_round",
+        p,
+        [a, b, &d, &y],
+        (gx, gy, 1),
+        flat(0, a.len),
+    )?;
     Ok(y)
 }
 
@@ -205,6 +258,8 @@ pub fn scatter_add(
         p,
         [x, &d, idx, y],
         (groups_for(width), idx.len as u32, 1),
+        // The destination row comes from `idx`.
+        WriteMap::Opaque,
     )
 }
 
@@ -219,7 +274,14 @@ pub fn bitflip(gpu: &mut Gpu, y: &Tensor, at: usize, mask: u32) -> Result<(), Gp
         mask,
         ..Default::default()
     };
-    run(gpu, "bitflip", p, [&d, &d, &d, y], (1, 1, 1))
+    run(
+        gpu,
+        "bitflip",
+        p,
+        [&d, &d, &d, y],
+        (1, 1, 1),
+        WriteMap::Single { element: at },
+    )
 }
 
 /// Fault injection: the first workgroup's outputs (64 values from `off`, at most `n`) left as a
@@ -235,7 +297,14 @@ pub fn drop_first(gpu: &mut Gpu, y: &Tensor, off: usize, n: usize) -> Result<(),
         y_off: off as u32,
         ..Default::default()
     };
-    run(gpu, "drop_first", p, [&d, &d, &d, y], (1, 1, 1))
+    run(
+        gpu,
+        "drop_first",
+        p,
+        [&d, &d, &d, y],
+        (1, 1, 1),
+        flat(off, n),
+    )
 }
 
 #[cfg(test)]

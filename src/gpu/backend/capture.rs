@@ -59,7 +59,13 @@ impl GpuBackend {
                     .filter(|v| v.len() == n)
                     .cloned()
                     .unwrap_or_else(|| vec![0.0; n]);
-                self.gpu.write(t, off, &stale).map_err(berr(step))
+                self.gpu
+                    .write_labelled(t, off, &stale, "stale-buffer injection")
+                    .map_err(berr(step))
+            }
+            InjectionKind::DeviceLost => {
+                self.gpu.lose_device(&format!("injected at {name}"));
+                Ok(())
             }
             InjectionKind::WindowOffByOne | InjectionKind::RopeSign => Ok(()),
         }
@@ -79,6 +85,8 @@ impl GpuBackend {
         let n: usize = shape.iter().product();
         self.perturb(step, &name, t, off, n, dtype == CaptureDtype::Int)?;
         let pending = self.gpu.capture(t, off, n).map_err(berr(step))?;
+        let history = self.gpu.provenance(t, off, n);
+        self.provenance.insert(name.clone(), history);
         self.slots.push(Slot::Device {
             name,
             shape,
