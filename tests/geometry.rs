@@ -199,13 +199,14 @@ fn export_round_trip(golden: &Golden, name: &str) {
 fn wide_engram(name: &'static str, head_dim: usize) -> Geometry {
     Geometry {
         name,
-        prefill_len: 7,
+        prefill_len: 9,
         window: 4,
-        ratios: vec![0, 4, 1],
-        kv: vec![1],
-        index: vec![1],
-        candidate: -1,
-        engram_layers: vec![0, 2],
+        // A candidate source layer, which the ds4 dialect requires.
+        ratios: vec![0, 4, 4, 1, 1, 1, 0],
+        kv: vec![1, 3],
+        index: vec![1, 3, 5],
+        candidate: 3,
+        engram_layers: vec![2, 6],
         heads: 2,
         experts: (2, 1),
         dim: 32,

@@ -140,12 +140,9 @@ pub(super) fn read(
         Dialect::LlamaCpp => None,
     };
     let (n_heads, head_dim, max_ngram_size) = match ds4_encoding {
-        // ds4 stores no head count, head dim or n-gram size: ds4_engram.h hard-codes 8, 256, 4
-        // for its 256-value encodings, and so do we.
-        Some(enc) if enc.fixed_row_values() == Some(256) => (8, 256, 4),
-        // The generalised e4m3 rows of tiny files: the head dim from the encoding; n-gram size
-        // and heads from the arrays (`max_ngram_size` multipliers and
-        // `(max_ngram_size − 1)·n_heads` primes per layer).
+        // ds4 stores no head count or n-gram size: they follow from the arrays
+        // (`max_ngram_size` multipliers and `(max_ngram_size − 1)·n_heads` primes per layer),
+        // the head dim from the encoding.
         Some(enc) => {
             let per_layer = |len: usize| {
                 len.checked_div(n_layers)
@@ -169,6 +166,15 @@ pub(super) fn read(
                         "{} primes cannot be {n_layers} layers x ({ngram} - 1) n-gram orders x heads",
                         primes.len()
                     ),
+                ));
+            }
+            // ds4_engram.h hard-codes 8 heads and 4-grams for its 256-value rows: a file
+            // whose arrays say otherwise is read by their geometry, with a warning.
+            if enc.fixed_row_values() == Some(256) && (heads, ngram) != (8, 4) {
+                warnings.push(format!(
+                    "{}: {heads} heads and {ngram}-grams by the arrays; ds4_engram.h assumes 8 \
+                     heads and 4-grams for 256-value rows",
+                    k.key(ENGRAM.encoding)
                 ));
             }
             (heads, enc.row_values(0), ngram)
