@@ -8,14 +8,21 @@
 //! test of self-consistency (the loader, the invariants, isolation off the tiny geometry), not of
 //! agreement with DeepSeek's reference. Only the tests that read `golden/reference/*` test that.
 
+use golden_lens::gguf::Dialect;
 use golden_lens::golden::{EngramFixture, Golden};
 use golden_lens::model::engram::derived_rows;
+use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use golden_lens::model::params::param_list;
-use golden_lens::model::{EngramConfig, ModelConfig};
+use golden_lens::model::{EngramConfig, GgufSource, ModelConfig};
+use golden_lens::oracle::Oracle;
 use golden_lens::session::writer::{write_golden, FullCaptures};
 use golden_lens::session::{self, CheckOptions, Mode};
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The tiny fixture's engram row width: one scale block per row.
+const TINY_ENGRAM_HEAD_DIM: usize = 32;
 
 struct Geometry {
     name: &'static str,
@@ -29,6 +36,9 @@ struct Geometry {
     heads: usize,
     experts: (usize, usize),
     dim: usize,
+    /// Values per engram row: one E8M0 scale per 32 of them, so above 32 a row holds several
+    /// scale blocks (the real model's rows hold 256 values and 8 scales).
+    engram_head_dim: usize,
 }
 
 fn v3() -> Golden {
@@ -56,6 +66,7 @@ fn skeleton(base: &Golden, g: &Geometry) -> Golden {
     f.n_activated_experts = g.experts.1;
     f.dim = g.dim;
     f.engram_layer_ids = g.engram_layers.clone();
+    f.engram_head_dim = g.engram_head_dim;
     f.regimes = vec![
         format!("prefill{}", g.prefill_len),
         format!("decode{}", g.prefill_len),
@@ -89,6 +100,7 @@ fn skeleton(base: &Golden, g: &Geometry) -> Golden {
         ("n_activated_experts", json!(f.n_activated_experts)),
         ("dim", json!(f.dim)),
         ("engram_layer_ids", json!(f.engram_layer_ids)),
+        ("engram_head_dim", json!(f.engram_head_dim)),
         ("engram_num_embeddings", json!(f.engram_num_embeddings)),
         ("regimes", json!(f.regimes)),
     ] {
@@ -101,7 +113,9 @@ fn skeleton(base: &Golden, g: &Geometry) -> Golden {
     out
 }
 
-fn run_geometry(g: &Geometry) {
+/// Writes `g`'s golden with the oracle (what `golden write` does), loads it with the strict
+/// loader and checks it chained and isolated; returns it.
+fn run_geometry(g: &Geometry) -> Golden {
     let base = v3();
     let sk = skeleton(&base, g);
     let mut oracle = session::oracle_for(&sk).expect("oracle");
@@ -146,6 +160,78 @@ fn run_geometry(g: &Geometry) {
         );
         assert!(r.missing.is_empty());
     }
+    written
+}
+
+/// `golden`'s filler weights exported as a GGUF of each dialect: the model read back has the
+/// golden's configuration and engram tables, and the oracle over the GGUF passes the golden
+/// chained and isolated.
+fn export_round_trip(golden: &Golden, name: &str) {
+    let (cfg, tables) = session::model_of(golden).expect("model");
+    let dir = tempfile::TempDir::new().expect("tempdir");
+    for dialect in [Dialect::Ds4, Dialect::LlamaCpp] {
+        let p = dir.path().join(format!("{name}-{dialect:?}.gguf"));
+        export_golden(golden, &p, &ExportOptions::new(dialect))
+            .unwrap_or_else(|e| panic!("{name} {dialect:?}: export: {e}"));
+        let (src, model) = GgufSource::open(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            model.cfg, cfg,
+            "{name} {dialect:?}: config; notes {:?}",
+            model.notes
+        );
+        assert_eq!(model.tables, tables, "{name} {dialect:?}: engram tables");
+        let src = Arc::new(src);
+        for mode in [Mode::Chained, Mode::Isolated] {
+            let mut oracle = Oracle::new(model.cfg.clone(), src.clone(), model.tables.clone());
+            let opts = CheckOptions {
+                mode,
+                strict: true,
+                invariants: Some(model.cfg.clone()),
+                ..Default::default()
+            };
+            let r = session::run_check(golden, &mut oracle, &opts).expect("check");
+            assert!(
+                r.ok(),
+                "{name} {dialect:?} {mode:?}: {:?}",
+                r.first_failure().map(|f| &f.name)
+            );
+        }
+    }
+}
+
+/// An engram geometry whose rows hold `head_dim` values (`head_dim / 32` scales a row).
+fn wide_engram(name: &'static str, head_dim: usize) -> Geometry {
+    Geometry {
+        name,
+        prefill_len: 9,
+        window: 4,
+        // A candidate source layer, which the ds4 dialect requires.
+        ratios: vec![0, 4, 4, 1, 1, 1, 0],
+        kv: vec![1, 3],
+        index: vec![1, 3, 5],
+        candidate: 3,
+        engram_layers: vec![2, 6],
+        heads: 2,
+        experts: (2, 1),
+        dim: 32,
+        engram_head_dim: head_dim,
+    }
+}
+
+#[test]
+fn engram_rows_of_64_values_write_check_and_export_in_both_dialects() {
+    let g = wide_engram("engram-hd64", 64);
+    let written = run_geometry(&g);
+    assert_eq!(written.fixture.engram_head_dim, 64);
+    export_round_trip(&written, g.name);
+}
+
+#[test]
+fn engram_rows_of_256_values_as_the_real_model_write_check_and_export() {
+    let g = wide_engram("engram-hd256", 256);
+    let written = run_geometry(&g);
+    assert_eq!(written.fixture.engram_head_dim, 256);
+    export_round_trip(&written, g.name);
 }
 
 #[test]
@@ -162,6 +248,7 @@ fn long_prefill_small_window_ratio_four_and_two_candidate_layers() {
         heads: 4,
         experts: (6, 3),
         dim: 64,
+        engram_head_dim: TINY_ENGRAM_HEAD_DIM,
     });
 }
 
@@ -179,6 +266,7 @@ fn short_prefill_below_ratio_and_window_with_remainder_groups() {
         heads: 2,
         experts: (3, 1),
         dim: 32,
+        engram_head_dim: TINY_ENGRAM_HEAD_DIM,
     });
 }
 
@@ -196,6 +284,7 @@ fn no_compressed_layers_one_engram_layer() {
         heads: 4,
         experts: (2, 2),
         dim: 64,
+        engram_head_dim: TINY_ENGRAM_HEAD_DIM,
     });
 }
 

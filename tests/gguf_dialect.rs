@@ -201,10 +201,17 @@ fn engram_validation_rows_must_equal_sum_of_primes() {
 
 #[test]
 fn engram_validation_prime_count() {
+    // ds4 stores no head count: the primes must split into (n-gram orders) x heads per layer
+    // (4 multipliers: 3 orders), and then sum to each layer's rows.
+    let kvs = ds4_kvs().set("deepseek41.engram.primes", arr_u32(&[2, 3, 5, 7]));
+    meta_err(
+        &ds4_builder(&kvs),
+        &["4 primes cannot be 1 layers x (4 - 1) n-gram orders x heads"],
+    );
     let kvs = ds4_kvs().set("deepseek41.engram.primes", arr_u32(&[2, 3, 5]));
     meta_err(
         &ds4_builder(&kvs),
-        &["3 primes", "expected 1 layers x 24 columns"],
+        &["has 963 rows but its primes sum to 10"],
     );
 }
 

@@ -1,7 +1,7 @@
 //! Engram tables at run time: rows read one range at a time with positioned reads (never mapped),
 //! from embedded tensors or from sidecar files that must live inside the GGUF's directory.
 
-use super::dialect::{EngramMeta, EngramStorage};
+use super::deepseek41::{EngramMeta, EngramStorage};
 use super::error::{GgufError, Result};
 use super::quant::{dequantize_engram_rows_with, EngramEncoding};
 use super::split::GgufSet;

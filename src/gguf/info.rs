@@ -2,7 +2,7 @@
 //! table, a census per type (count, bytes, bits per weight) and the deepseek41 view (dialect,
 //! validation, warnings). Serializable so `--json` and the text view share one source.
 
-use super::dialect::{detect_dialect, Deepseek41Meta};
+use super::deepseek41::{detect_dialect, Deepseek41Meta};
 use super::error::Result;
 use super::reader::GgufFile;
 use super::split::GgufSet;

@@ -3,7 +3,7 @@
 //! name mapping, and dequantization of every block type the real files hold.
 
 mod cursor;
-pub mod dialect;
+pub mod deepseek41;
 pub mod engram;
 pub mod error;
 pub mod ggml_type;
@@ -16,7 +16,7 @@ pub mod synth;
 pub mod value;
 pub mod writer;
 
-pub use dialect::{detect_dialect, Deepseek41Meta, Dialect, EngramMeta, EngramStorage};
+pub use deepseek41::{detect_dialect, Deepseek41Meta, Dialect, EngramMeta, EngramStorage};
 pub use engram::{open_sidecar, EngramTables, Sidecar};
 pub use error::{GgufError, Result};
 pub use ggml_type::GgmlType;

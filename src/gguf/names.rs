@@ -1,7 +1,7 @@
 //! Tensor names: GGUF names of both deepseek41 dialects (spec §1.4) and the reference model's
 //! parameter names (`layers.3.attn.wq_a.weight`, ds41-reference §4.3), mapped both ways.
 
-use super::dialect::Dialect;
+use super::deepseek41::Dialect;
 
 /// Whether `name` is an engram table (`blk.N.engram_embd.weight`): these are read by row with
 /// positioned reads and never memory-mapped.

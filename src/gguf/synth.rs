@@ -4,9 +4,12 @@
 //! MB of disk on a filesystem with sparse files. Lets the reader be tested on real geometry
 //! (1046 tensors, engram tables past 150 GB) without downloading the model.
 
+use super::deepseek41::{
+    prime_offsets, Deepseek41Meta, Dialect, EngramMeta, EngramStorage, RopeScaling,
+};
 use super::error::Result;
 use super::ggml_type::GgmlType;
-use super::value::ValueType;
+use super::quant::EngramEncoding;
 use super::writer::{GgufValue, GgufWriter};
 use std::path::Path;
 
@@ -228,132 +231,106 @@ fn synthetic_multipliers() -> Vec<u64> {
         .collect()
 }
 
-/// ds4-dialect metadata with the real hyper-parameters (spec §1.2). Tokenizer strings, the
-/// token map and the multipliers are synthetic stand-ins with the real counts and types.
+/// ds4-dialect metadata with the real hyper-parameters (spec §1.2), written by the dialect's
+/// own writer. Tokenizer strings, the token map and the multipliers are synthetic stand-ins
+/// with the real counts and types.
 pub fn antirez_metadata(w: &mut GgufWriter, layout: RealLayout) -> Result<()> {
-    use real::*;
-    let p = |k: &str| format!("deepseek41.{k}");
-    w.add("general.architecture", GgufValue::string("deepseek41"))?;
-    w.add(
-        "general.name",
-        GgufValue::string("DeepSeek V4.1 Flash (golden-lens sparse layout)"),
-    )?;
+    real_meta(layout).write(w)?;
     w.set_alignment(16384)?;
-    let tokens: Vec<String> = (0..VOCAB).map(|i| format!("<t{i}>")).collect();
+    let tokens: Vec<String> = (0..real::VOCAB).map(|i| format!("<t{i}>")).collect();
     w.add("tokenizer.ggml.model", GgufValue::string("gpt2"))?;
     w.add("tokenizer.ggml.pre", GgufValue::string("joyai-llm"))?;
     w.add("tokenizer.ggml.tokens", GgufValue::strings(&tokens))?;
-    let types: Vec<i32> = (0..VOCAB).map(|i| if i < 3 { 3 } else { 1 }).collect();
+    let types: Vec<i32> = (0..real::VOCAB)
+        .map(|i| if i < 3 { 3 } else { 1 })
+        .collect();
     w.add("tokenizer.ggml.token_type", GgufValue::i32s(&types))?;
     w.add("tokenizer.ggml.merges", GgufValue::strings(&["< t", "t 0"]))?;
     w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(0))?;
     w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(1))?;
     w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(true))?;
     w.add("tokenizer.ggml.add_eos_token", GgufValue::Bool(false))?;
-    let quant = match layout {
-        RealLayout::AntirezQ2 => "IQ2_XXS gate/up; Q2_K down; Q8_0 attention/shared/head",
-        RealLayout::AntirezQ4 => "Q4_K gate/up/down; Q8_0 attention/shared/head",
-    };
-    w.add(&p("quantization"), GgufValue::string(quant))?;
-    w.add(&p("calibration"), GgufValue::string("none (synthetic)"))?;
-    w.add(
-        &p("config"),
-        GgufValue::string("{\"model_type\":\"deepseek_v41\",\"synthetic\":true}"),
-    )?;
-    for (k, v) in [
-        ("vocab_size", VOCAB),
-        ("hidden_size", DIM),
-        ("moe_intermediate_size", MOE_INTER),
-        ("num_hidden_layers", LAYERS),
-        ("num_attention_heads", HEADS),
-        ("num_key_value_heads", 1),
-        ("head_dim", HEAD_DIM),
-        ("qk_rope_head_dim", 64),
-        ("q_lora_rank", Q_LORA),
-        ("o_lora_rank", O_LORA),
-        ("o_groups", O_GROUPS),
-        ("n_routed_experts", EXPERTS),
-        ("n_shared_experts", 1),
-        ("num_experts_per_tok", 6),
-        ("max_position_embeddings", 1_048_576),
-        ("sliding_window", 128),
-        ("index_n_heads", INDEX_HEADS),
-        ("index_head_dim", INDEX_HEAD_DIM),
-        ("index_topk", 512),
-        ("candidate_source_layer_id", 20),
-        ("candidate_topk_blocks", 2048),
-        ("candidate_block_size", 8),
-        ("hc_mult", HC),
-        ("hc_sinkhorn_iters", 20),
-        ("rope_theta", 10_000),
-        ("compress_rope_theta", 160_000),
-    ] {
-        w.add(&p(k), GgufValue::U32(v as u32))?;
-    }
-    for (k, v) in [
-        ("rms_norm_eps", 1e-20f32),
-        ("hc_eps", 1e-6),
-        ("swiglu_limit", 10.0),
-        ("routed_scaling_factor", 1.5),
-    ] {
-        w.add(&p(k), GgufValue::F32(v))?;
-    }
-    w.add(&p("scoring_func"), GgufValue::string("sqrtsoftplus"))?;
-    w.add(&p("hidden_act"), GgufValue::string("silu"))?;
-    w.add(&p("topk_method"), GgufValue::string("noaux_tc"))?;
-    w.add(&p("norm_topk_prob"), GgufValue::Bool(true))?;
-    let ratios: Vec<u32> = (0..LAYERS).map(|l| compress_ratio(l) as u32).collect();
-    w.add(&p("compress_ratios"), GgufValue::u32s(&ratios))?;
-    let to_u32 = |xs: &[u64]| xs.iter().map(|&x| x as u32).collect::<Vec<_>>();
-    w.add(
-        &p("kv_source_layer_ids"),
-        GgufValue::u32s(&to_u32(&KV_SOURCE_LAYERS)),
-    )?;
-    w.add(
-        &p("index_source_layer_ids"),
-        GgufValue::u32s(&to_u32(&INDEX_SOURCE_LAYERS)),
-    )?;
-    for (k, v) in [
-        ("rope_scaling.factor", 16.0f32),
-        ("rope_scaling.beta_fast", 32.0),
-        ("rope_scaling.beta_slow", 1.0),
-        ("rope_scaling.original_max_position_embeddings", 65536.0),
-    ] {
-        w.add(&p(k), GgufValue::F32(v))?;
-    }
-    w.add(
-        &p("engram.encoding"),
-        GgufValue::string("e4m3_e8m0_32_row264"),
-    )?;
-    w.add(
-        &p("engram.layer_ids"),
-        GgufValue::u32s(&to_u32(&ENGRAM_LAYERS)),
-    )?;
-    w.add(&p("engram.rows"), GgufValue::u32s(&to_u32(&ENGRAM_ROWS)))?;
-    w.add(
-        &p("engram.compressed_vocab_size"),
-        GgufValue::U32(ENGRAM_COMPRESSED_VOCAB as u32),
-    )?;
-    w.add(&p("engram.pad_id"), GgufValue::U32(2))?;
-    let token_map: Vec<u32> = (0..VOCAB)
-        .map(|t| (t % ENGRAM_COMPRESSED_VOCAB) as u32)
-        .collect();
-    w.add(&p("engram.token_map"), GgufValue::u32s(&token_map))?;
-    w.add(
-        &p("engram.primes"),
-        GgufValue::Array(
-            ValueType::U32,
-            real_engram_primes()
-                .iter()
-                .map(|&x| GgufValue::U32(x as u32))
-                .collect(),
-        ),
-    )?;
-    w.add(
-        &p("engram.multipliers"),
-        GgufValue::u64s(&synthetic_multipliers()),
-    )?;
     Ok(())
+}
+
+/// The real model's hyper-parameters and engram geometry as the ds4 converter stores them.
+pub fn real_meta(layout: RealLayout) -> Deepseek41Meta {
+    use real::*;
+    let mut m = Deepseek41Meta::empty(Dialect::Ds4);
+    m.name = Some("DeepSeek V4.1 Flash (golden-lens sparse layout)".into());
+    m.vocab_size = VOCAB;
+    m.hidden_size = DIM;
+    m.moe_intermediate_size = MOE_INTER;
+    m.n_layers = LAYERS;
+    m.n_heads = HEADS;
+    m.n_kv_heads = 1;
+    m.head_dim = HEAD_DIM;
+    m.rope_head_dim = 64;
+    m.q_lora_rank = Q_LORA;
+    m.o_lora_rank = O_LORA;
+    m.o_groups = O_GROUPS;
+    m.n_routed_experts = EXPERTS;
+    m.n_shared_experts = 1;
+    m.n_experts_per_tok = 6;
+    m.max_position_embeddings = 1_048_576;
+    m.sliding_window = 128;
+    m.index_n_heads = INDEX_HEADS;
+    m.index_head_dim = INDEX_HEAD_DIM;
+    m.index_topk = 512;
+    m.candidate_source_layer_id = Some(20);
+    m.candidate_topk_blocks = Some(2048);
+    m.candidate_block_size = Some(8);
+    m.hc_mult = HC;
+    m.hc_sinkhorn_iters = 20;
+    m.rope_theta = 10_000.0;
+    m.compress_rope_theta = 160_000.0;
+    m.rms_norm_eps = f64::from(1e-20f32);
+    m.hc_eps = f64::from(1e-6f32);
+    m.swiglu_limit = Some(10.0);
+    m.routed_scaling_factor = 1.5;
+    m.scoring_func = Some("sqrtsoftplus".into());
+    m.hidden_act = Some("silu".into());
+    m.topk_method = Some("noaux_tc".into());
+    m.norm_topk_prob = Some(true);
+    m.compress_ratios = (0..LAYERS).map(compress_ratio).collect();
+    m.kv_source_layer_ids = Some(KV_SOURCE_LAYERS.to_vec());
+    m.index_source_layer_ids = Some(INDEX_SOURCE_LAYERS.to_vec());
+    m.rope_scaling = Some(RopeScaling {
+        factor: 16.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        original_max_position_embeddings: 65536.0,
+    });
+    m.hf_config_json = Some("{\"model_type\":\"deepseek_v41\",\"synthetic\":true}".into());
+    m.quantization = Some(
+        match layout {
+            RealLayout::AntirezQ2 => "IQ2_XXS gate/up; Q2_K down; Q8_0 attention/shared/head",
+            RealLayout::AntirezQ4 => "Q4_K gate/up/down; Q8_0 attention/shared/head",
+        }
+        .into(),
+    );
+    m.calibration = Some("none (synthetic)".into());
+    let primes = real_engram_primes();
+    let columns = primes.len() / ENGRAM_LAYERS.len();
+    let offsets = prime_offsets(&primes, columns);
+    m.engram = Some(EngramMeta {
+        encoding: EngramEncoding::E4m3E8m0Row264,
+        storage: EngramStorage::Embedded,
+        layer_ids: ENGRAM_LAYERS.to_vec(),
+        n_heads: 8,
+        head_dim: 256,
+        max_ngram_size: 4,
+        compressed_vocab_size: ENGRAM_COMPRESSED_VOCAB,
+        pad_id: 2,
+        token_map: (0..VOCAB)
+            .map(|t| (t % ENGRAM_COMPRESSED_VOCAB) as u32)
+            .collect(),
+        primes,
+        offsets,
+        multipliers: synthetic_multipliers(),
+        rows: ENGRAM_ROWS.to_vec(),
+    });
+    m
 }
 
 /// Key of the padding string that brings the synthetic header (whose tokenizer strings are

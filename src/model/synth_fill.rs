@@ -15,10 +15,10 @@
 //! Lives in `model` rather than `gguf` because it reads the reference parameter list and the
 //! filler (`gguf` never depends on `model`).
 
-use crate::gguf::dialect::Dialect;
 use crate::gguf::names::{gguf_to_reference, ReferenceTarget};
 use crate::gguf::quant::encode::quantize;
 use crate::gguf::synth::{antirez_plan, write_sparse_layout, PlannedTensor, RealLayout};
+use crate::gguf::Dialect;
 use crate::gguf::GgufError;
 use crate::golden::WeightMeta;
 use crate::model::params::param_list;
