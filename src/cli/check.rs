@@ -357,6 +357,10 @@ fn run_gpu(
             gpu.run_seconds
         );
         let ok = print_report(&report, args, None)?;
+        let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
+        let failing = super::kernels::report_rows(&report);
+        super::kernels::print_provenance(&gpu, &failing, &regimes);
+        let profile = super::kernels::print_profile(&mut gpu);
         if let Some(path) = &args.json {
             let doc = json!({
                 "adapter": adapter,
@@ -364,6 +368,8 @@ fn run_gpu(
                 "ok": ok,
                 "backends": [report.to_json()],
                 "cross": [],
+                "kernels": super::kernels::provenance_json(&gpu, &failing, &regimes),
+                "profile": profile,
             });
             write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
             println!("report written to {}", path.display());
@@ -436,6 +442,17 @@ fn run_gpu(
     if let Some(f) = multi.first_cross_failure(0) {
         println!("first gpu divergence: {} {} ({})", f.regime, f.name, f.step);
     }
+    let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
+    let mut failing = multi
+        .golden
+        .get(1)
+        .map(super::kernels::report_rows)
+        .unwrap_or_default();
+    if let Some((_, rows)) = multi.cross.first() {
+        failing.extend(super::kernels::cross_rows(rows));
+    }
+    super::kernels::print_provenance(&gpu, &failing, &regimes);
+    let profile = super::kernels::print_profile(&mut gpu);
     println!(
         "gpu: {} dispatches, {:.3} s in gpu steps, {:.3} s lockstep total",
         gpu.dispatch_count(),
@@ -456,6 +473,8 @@ fn run_gpu(
             "ok": ok,
             "backends": (0..record.backends.len()).map(|i| report_json(&record, i)).collect::<Vec<_>>(),
             "cross": (0..multi.cross.len()).map(|i| cross_json(&multi, i)).collect::<Vec<_>>(),
+            "kernels": super::kernels::provenance_json(&gpu, &failing, &regimes),
+            "profile": profile,
         });
         write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!("report written to {}", path.display());

@@ -18,6 +18,7 @@ pub mod provenance;
 pub mod quant;
 pub mod rope;
 pub mod rows;
+pub mod settings;
 pub mod shaders;
 
 pub use backend::{GpuBackend, GpuOptions};

@@ -74,8 +74,8 @@ pub struct GpuBackend {
     current: HashMap<String, Vec<f32>>,
     /// Selections forced for the current forward (counterfactual pinning).
     pins: Pins,
-    /// The dispatches behind each capture of the current forward (kernel provenance).
-    provenance: HashMap<String, CaptureProvenance>,
+    /// The dispatches behind each capture, per forward since creation (kernel provenance).
+    provenance: Vec<HashMap<String, CaptureProvenance>>,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
 }
@@ -103,7 +103,14 @@ impl GpuBackend {
         engram: Option<EngramTables>,
         opts: GpuOptions,
     ) -> Result<GpuBackend, GpuError> {
-        let mut gpu = Gpu::new(ctx);
+        let defaults = super::settings::current();
+        let mut gpu = match defaults.shaders {
+            Some(set) => Gpu::with_shaders(ctx, set),
+            None => Gpu::new(ctx),
+        };
+        if defaults.profile {
+            gpu.start_profiling();
+        }
         let ropes = RopeTables::new(&cfg);
         if cfg.hc_mult > super::hc::MAX_HC {
             return Err(super::guard(
@@ -135,7 +142,7 @@ impl GpuBackend {
             previous: HashMap::new(),
             current: HashMap::new(),
             pins: Pins::default(),
-            provenance: HashMap::new(),
+            provenance: Vec::new(),
             run_seconds: 0.0,
         })
     }
@@ -160,7 +167,12 @@ impl GpuBackend {
     /// The dispatches that produced capture `name` of the current forward, and for each of its
     /// elements the kernel, workgroup and invocation that wrote it.
     pub fn provenance(&self, name: &str) -> Option<&CaptureProvenance> {
-        self.provenance.get(name)
+        self.provenance.last().and_then(|m| m.get(name))
+    }
+
+    /// [`GpuBackend::provenance`] in forward `forward` (0 = the first `begin` since creation).
+    pub fn provenance_in(&self, forward: usize, name: &str) -> Option<&CaptureProvenance> {
+        self.provenance.get(forward).and_then(|m| m.get(name))
     }
 
     /// Time every dispatch from now on (`check --profile`).
@@ -212,7 +224,7 @@ impl Backend for GpuBackend {
         }
         self.ids = ids.to_vec();
         self.sp = start_pos;
-        self.provenance.clear();
+        self.provenance.push(HashMap::new());
         self.gpu.clear_provenance();
         self.hashes.clear();
         self.h = None;
