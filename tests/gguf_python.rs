@@ -1,7 +1,7 @@
 //! Cross-checks against gguf-py 0.19.0: (a) files written by `gguf.GGUFWriter` read field by field
 //! and tensor by tensor the way `gguf.GGUFReader` reads them; (b) random well-formed blocks of
 //! every block type dequantize bit for bit like `gguf.quants.dequantize`; (c) our Q8_0, Q4_0,
-//! BF16 and F16 encoders write the same bytes as `gguf.quants.quantize`.
+//! BF16, F16 and MXFP4 encoders write the same bytes as `gguf.quants.quantize`.
 //!
 //! Needs a python with gguf==0.19.0: `GOLDEN_LENS_PY`, or a venv the test creates under the target
 //! dir. Under `CI=true` a missing python fails; otherwise the tests skip with a notice.
@@ -256,5 +256,5 @@ fn quantize_matches_gguf_py_byte_for_byte() {
         }
         checked.push(name.to_string());
     }
-    assert_eq!(checked, ["Q8_0", "Q4_0", "BF16", "F16"]);
+    assert_eq!(checked, ["Q8_0", "Q4_0", "BF16", "F16", "MXFP4"]);
 }

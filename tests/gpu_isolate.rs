@@ -1,13 +1,14 @@
-//! The wgpu path in isolated mode (every step reseeded from the reference), with selections
-//! pinned (counterfactual), localised against the oracle, and its top-k disagreements triaged.
+//! The wgpu path with selections pinned (counterfactual) and its top-k disagreements triaged,
+//! plus the CLI's lockstep runs. Isolated mode, fault confinement and localisation are the same
+//! properties for every backend: tests/conformance.rs.
 #![cfg(feature = "gpu")]
 
 use golden_lens::golden::Golden;
 use golden_lens::gpu::{test_context, GpuOptions};
-use golden_lens::model::{Backend, Step};
-use golden_lens::session::localize::{counterfactual, localize_with, Judge, RecordedRun};
+use golden_lens::model::Backend;
+use golden_lens::session::localize::{counterfactual, RecordedRun};
 use golden_lens::session::multi::triage_totals;
-use golden_lens::session::{self, CheckOptions, Mode, SessionError};
+use golden_lens::session::{self, CheckOptions, SessionError};
 use std::path::PathBuf;
 
 fn load(name: &str) -> Golden {
@@ -27,14 +28,6 @@ fn gpu(golden: &Golden, reference_ties: bool, inject: Option<&str>) -> Box<dyn B
     Box::new(session::gpu_for(golden, opts).expect("gpu backend"))
 }
 
-fn isolated(golden: &Golden) -> CheckOptions {
-    CheckOptions {
-        mode: Mode::Isolated,
-        invariants: Some(session::model_of(golden).expect("config").0),
-        ..CheckOptions::default()
-    }
-}
-
 /// Run the binary: (success, stdout).
 fn cli(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_golden-lens"))
@@ -47,89 +40,9 @@ fn cli(args: &[&str]) -> (bool, String) {
     )
 }
 
-#[test]
-fn gpu_isolated_mode_reseeds_every_step_from_the_full_golden() {
-    if test_context("gpu_isolated").is_none() {
-        return;
-    }
-    let g = load("ds41_tiny_golden.v3-full.json");
-    let mut b = gpu(&g, true, None);
-    let report = session::run_check(&g, b.as_mut(), &isolated(&g)).expect("isolated check");
-    assert!(
-        report.not_isolated.is_empty(),
-        "steps left chained: {:?}",
-        report.not_isolated
-    );
-    if let Some(f) = report.first_failure() {
-        panic!("first failure {} {}: {}", f.regime, f.name, f.cmp.reason);
-    }
-    assert_eq!(report.summary().passed, 443);
-}
-
-#[test]
-fn an_injected_fault_stays_in_its_step_when_isolated() {
-    if test_context("gpu_isolated_inject").is_none() {
-        return;
-    }
-    let g = load("ds41_tiny_golden.v3-full.json");
-    let inject = Some("bitflip@L2.attn_out");
-    let mut b = gpu(&g, true, inject);
-    let iso = session::run_check(&g, b.as_mut(), &isolated(&g)).expect("isolated");
-    let failing: Vec<_> = iso.rows.iter().filter(|r| !r.cmp.pass).collect();
-    assert!(!failing.is_empty(), "the bit flip must be caught");
-    assert_eq!(
-        iso.first_failure().map(|r| r.name.as_str()),
-        Some("L2.attn_out")
-    );
-    for r in &failing {
-        assert_eq!(
-            r.step,
-            Step::Block(2),
-            "{} {} fails outside the injected step",
-            r.regime,
-            r.name
-        );
-    }
-    // Chained, the same fault is carried into later steps: reseeding is what kept it local.
-    let mut b = gpu(&g, true, inject);
-    let chained = session::run_check(
-        &g,
-        b.as_mut(),
-        &CheckOptions {
-            mode: Mode::Chained,
-            ..isolated(&g)
-        },
-    )
-    .expect("chained");
-    assert!(chained
-        .rows
-        .iter()
-        .any(|r| !r.cmp.pass && r.step != Step::Block(2)));
-}
-
 fn recorded(g: &Golden) -> RecordedRun {
     let mut o = session::oracle_for(g).expect("oracle");
     RecordedRun::record(g, &mut o).expect("record")
-}
-
-#[test]
-fn localize_names_the_injected_gpu_kernel_and_a_clean_gpu_has_no_divergence() {
-    if test_context("gpu_localize").is_none() {
-        return;
-    }
-    let g = load("ds41_tiny_golden.v3.json");
-    let rec = recorded(&g);
-    let mut make = || -> Result<Box<dyn Backend>, SessionError> { Ok(gpu(&g, true, None)) };
-    let clean = localize_with(&g, &rec, &mut make, Judge::Gpu).expect("localize");
-    assert_eq!(clean.first_local_divergence, None);
-    let mut make = || -> Result<Box<dyn Backend>, SessionError> {
-        Ok(gpu(&g, true, Some("rope-sign@L2.sa_q")))
-    };
-    let l = localize_with(&g, &rec, &mut make, Judge::Gpu).expect("localize");
-    let first = &l.steps[l.first_local_divergence.expect("a divergence")];
-    assert_eq!(first.step, Step::Block(2));
-    assert_eq!(first.worst_capture, "L2.sa_q");
-    assert!(first.local_ratio > 1.0);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! bit for bit for every decodable type, and a whole check over a quantized GGUF export gives
 //! the same report whether the oracle multiplies the blocks or their f32 copies.
 
-use golden_lens::gguf::quant::{dequantize, encode::quantize};
+use golden_lens::gguf::quant::{dequantize, encode::quantize, sample::random_blocks};
 use golden_lens::gguf::{Dialect, GgmlType};
 use golden_lens::golden::Golden;
 use golden_lens::model::gguf_export::{export_golden, ExportOptions, TypePlan};
@@ -90,20 +90,10 @@ fn values(len: usize, salt: u64) -> Vec<f32> {
 }
 
 /// `rows × cols` blocks of `ty`: encoded from values where an encoder exists, else (MXFP4)
-/// random codes under bounded exponents.
+/// random valid blocks.
 fn blocks(ty: GgmlType, rows: usize, cols: usize, salt: u64) -> Vec<u8> {
     if ty == GgmlType::Mxfp4 {
-        let n_blocks = rows * cols / 32;
-        return (0..n_blocks * 17)
-            .map(|i| {
-                let r = (golden_lens::num::splitmix64(i as u64 ^ salt) >> 32) as u8;
-                if i % 17 == 0 {
-                    120 + r % 16
-                } else {
-                    r
-                }
-            })
-            .collect();
+        return random_blocks(ty, rows * cols / 32, salt).expect("MXFP4 blocks");
     }
     quantize(ty, &values(rows * cols, salt)).expect("encodable")
 }

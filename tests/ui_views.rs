@@ -8,6 +8,9 @@ use golden_lens::ui::views::topk::{classify_mask_row, classify_row, SetCell};
 use golden_lens::ui::views::values::error_histogram;
 use golden_lens::ui::views::window_mask::{build_mask, mask_differences, MaskCell};
 
+/// Exact f64 arithmetic on a few rationals (a per-row agreement of 1 of 3).
+const EXACT_F64_SLACK: f64 = 1e-12;
+
 fn no_tie(_: i64, _: i64) -> bool {
     false
 }
@@ -24,7 +27,7 @@ fn topk_cells_both_ref_only_test_only() {
         vec![SetCell::Both, SetCell::TestOnly, SetCell::Absent]
     );
     // {3,5} vs {5,7}: one shared of three.
-    assert!((r.agreement - 1.0 / 3.0).abs() < 1e-12);
+    assert!((r.agreement - 1.0 / 3.0).abs() < EXACT_F64_SLACK);
 }
 
 #[test]

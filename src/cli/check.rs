@@ -28,10 +28,20 @@ pub struct CheckArgs {
     /// shard of a set) instead of the golden's filler weights.
     #[arg(long)]
     pub gguf: Option<PathBuf>,
-    /// Backends to run: `cpu` (the oracle), `gpu` (the wgpu path; needs the `gpu` feature) or
-    /// `cpu,gpu` (both in lockstep: each against the golden, and the GPU against the oracle).
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
+    /// Backends to run: `cpu` (the oracle, the default), `gpu` (the wgpu path; needs the `gpu`
+    /// feature) or `cpu,gpu` (both in lockstep: each against the golden, and the GPU against the
+    /// oracle). With `--captures`: none by default (the dump alone), or `cpu` to compare the dump
+    /// with the oracle too.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Check another engine's dump (safetensors, .npy/.npz, raw + manifest, ds4 prefix) as the
+    /// backend, through `--map`; see `golden-lens captures info`.
+    #[arg(long)]
+    pub captures: Option<PathBuf>,
+    /// The name map of `--captures`: a shipped one (canonical, ggml, ds4, deepseek-ref) or a
+    /// TOML file.
+    #[arg(long, default_value = "canonical")]
+    pub map: String,
     /// GPU: run the top-k selections on the host with the torch-CPU tie rule (as production
     /// ports do), so the golden's tie-broken indices can match exactly.
     #[arg(long)]
@@ -100,9 +110,12 @@ fn parse_backends(v: &str) -> anyhow::Result<Backends> {
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let backends = parse_backends(&args.backend)?;
+    let backends = parse_backends(args.backend.as_deref().unwrap_or("cpu"))?;
     if backends == Backends::Cpu && (args.reference_ties || args.inject.is_some()) {
         anyhow::bail!("--reference-ties and --inject apply to the GPU backend (use --backend gpu)");
+    }
+    if super::goldenless::wanted(&args) && args.captures.is_some() {
+        anyhow::bail!("--captures needs a golden to join the dump with (not --tokens or --prompt)");
     }
     if super::goldenless::wanted(&args) {
         // No golden: the oracle is the reference, so a GPU run always runs beside it.
@@ -139,6 +152,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         pin_from: None,
     };
     let model = super::model::open(&golden, args.gguf.as_deref())?;
+    if let Some(dump) = &args.captures {
+        return super::captures::check(Arc::new(golden), &model, &opts, &args, dump);
+    }
     if args.repeat > 1 {
         determinism(&golden, &model, &args, backends)?;
     }
@@ -183,7 +199,7 @@ fn run_stepper(
 }
 
 /// Backend `i`'s report against the golden as JSON, with its top-k triage.
-fn report_json(record: &RunRecord, i: usize) -> serde_json::Value {
+pub(super) fn report_json(record: &RunRecord, i: usize) -> serde_json::Value {
     let mut v = record.report(i).to_json();
     if let serde_json::Value::Object(m) = &mut v {
         m.insert(
@@ -196,7 +212,7 @@ fn report_json(record: &RunRecord, i: usize) -> serde_json::Value {
 
 /// `--export-failing OUT`: the failing captures in the golden schema, as the app's "Export
 /// failing…" writes them (the same writer, the same results).
-fn export_failing(
+pub(super) fn export_failing(
     golden: &Golden,
     record: &RunRecord,
     model: &ModelParts,
@@ -296,7 +312,7 @@ fn gpu_backend_for_repeat(
     args: &CheckArgs,
 ) -> Result<Box<dyn golden_lens::model::Backend>, golden_lens::session::SessionError> {
     Err(golden_lens::session::SessionError::Build {
-        backend: args.backend.clone(),
+        backend: args.backend.clone().unwrap_or_else(|| "cpu".into()),
         msg: "this build has no `gpu` feature".into(),
     })
 }
@@ -311,7 +327,7 @@ fn run_gpu(
 ) -> anyhow::Result<ExitCode> {
     anyhow::bail!(
         "backend `{}` needs a build with the `gpu` feature (cargo build --features gpu)",
-        args.backend
+        args.backend.as_deref().unwrap_or("cpu")
     )
 }
 
@@ -526,7 +542,7 @@ pub(crate) fn print_triage(
     );
 }
 
-fn exit(ok: bool) -> ExitCode {
+pub(super) fn exit(ok: bool) -> ExitCode {
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -536,7 +552,7 @@ fn exit(ok: bool) -> ExitCode {
 
 /// Print one backend's golden report (rows with their error budgets, missing, invariants, the
 /// top-k triage when given). True when it passed.
-fn print_report(
+pub(super) fn print_report(
     report: &session::Report,
     args: &CheckArgs,
     triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
@@ -633,7 +649,7 @@ fn print_report(
 }
 
 /// The closing `N passed, M failed` line of a report.
-fn summary_line(report: &session::Report) -> String {
+pub(super) fn summary_line(report: &session::Report) -> String {
     let s = report.summary();
     format!("{} passed, {} failed", s.passed, s.failed)
 }

@@ -50,6 +50,13 @@ pub enum GgufCmd {
         /// Output path.
         #[arg(long)]
         out: PathBuf,
+        /// Give these layers (`A-B` or `N`) real data, quantized in each tensor's own type from
+        /// the filler, with the token embedding, output norm and head; the rest stay holes.
+        #[arg(long)]
+        fill_layers: Option<String>,
+        /// With --fill-layers: routed experts (the first N) filled in each expert tensor.
+        #[arg(long, default_value_t = 0, requires = "fill_layers")]
+        fill_experts: u64,
     },
     /// Write a tiny deepseek41 GGUF from a golden's fixture and filler weights.
     Export {
@@ -89,7 +96,15 @@ pub fn run(cmd: GgufCmd) -> anyhow::Result<ExitCode> {
             expert,
             npy,
         } => tensor(&path, &name, expert, &npy),
-        GgufCmd::Synth { layout, out } => synth(&layout, &out),
+        GgufCmd::Synth {
+            layout,
+            out,
+            fill_layers,
+            fill_experts,
+        } => match fill_layers {
+            Some(layers) => synth_filled(&layout, &out, &layers, fill_experts),
+            None => synth(&layout, &out),
+        },
         GgufCmd::Export {
             golden,
             out,
@@ -332,6 +347,38 @@ fn synth(layout: &str, out: &Path) -> anyhow::Result<ExitCode> {
         out.display(),
         layout.real_file_len(),
         RealLayout::REAL_DATA_OFFSET
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn synth_filled(layout: &str, out: &Path, layers: &str, experts: u64) -> anyhow::Result<ExitCode> {
+    use golden_lens::gguf::synth::RealLayout;
+    use golden_lens::model::synth_fill::{write_filled_layout, FillPlan};
+    let layout_kind = RealLayout::from_name(layout)
+        .with_context(|| format!("--layout {layout}: expected antirez-q2 or antirez-q4"))?;
+    let range = golden_lens::model::LayerRange::parse(layers)
+        .with_context(|| format!("--fill-layers {layers}"))?;
+    let started = std::time::Instant::now();
+    let plan = FillPlan {
+        layers: *range.start() as u64..=*range.end() as u64,
+        experts,
+        globals: true,
+    };
+    let r = write_filled_layout(out, layout_kind, &plan)
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "wrote {} ({layout}, layers {layers} filled, {experts} routed experts each): {} bytes \
+         apparent, {} bytes on disk ({:.2} GiB), {} bytes of tensor data in {} tensors, {} \
+         tensors left as holes, data at {}, {:.1} s",
+        out.display(),
+        r.file_len,
+        r.bytes_on_disk,
+        r.bytes_on_disk as f64 / f64::from(1u32 << 30),
+        r.bytes_written,
+        r.tensors_filled,
+        r.tensors_left_as_holes,
+        r.data_offset,
+        started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }

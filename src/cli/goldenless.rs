@@ -244,10 +244,10 @@ fn print_timing(record: &RunRecord) {
             .map(|b| format!("{b:>12}"))
             .collect::<String>()
     );
-    for (step, secs) in record.seconds_by_step() {
+    for (kind, secs) in record.seconds_by_step() {
         println!(
             "{:<12} {}",
-            step.to_string(),
+            kind.to_string(),
             secs.iter()
                 .map(|s| format!("{s:>10.3} s"))
                 .collect::<String>()
@@ -315,7 +315,7 @@ fn gpu_backend(
     if with_gpu {
         anyhow::bail!(
             "backend `{}` needs a build with the `gpu` feature",
-            args.backend
+            args.backend.as_deref().unwrap_or("cpu")
         );
     }
     Ok(None)

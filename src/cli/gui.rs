@@ -22,6 +22,12 @@ pub struct GuiArgs {
     /// Show this detail view: values, topk, mask, hc or moe.
     #[arg(long)]
     pub view: Option<String>,
+    /// Another engine's dump to show as the test side beside the oracle (see `captures info`).
+    #[arg(long)]
+    pub captures: Option<PathBuf>,
+    /// The name map of `--captures`: a shipped one or a TOML file.
+    #[arg(long, default_value = "canonical")]
+    pub map: String,
 }
 
 /// Open the window and block until it closes.
@@ -41,6 +47,11 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     // The app passes the GGUF it runs on (`--gguf`, or one opened at runtime), or None for the
     // golden's filler weights.
     options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, with_gpu));
+    options.captures_map = args.map.clone();
+    if let Some(dump) = args.captures {
+        let map = golden_lens::import::NameMap::load(&args.map)?;
+        options.backends = golden_lens::ui::imported::with_captures(options.backends, dump, map);
+    }
     options.golden = args.golden;
     options.gguf = args.gguf;
     options.run_on_start = args.run;

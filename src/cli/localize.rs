@@ -44,6 +44,13 @@ pub struct LocalizeArgs {
     /// on, to tell a selection flip from a compute bug downstream.
     #[arg(long)]
     pub pin_from: Option<usize>,
+    /// Localise another engine's dump instead: per step the oracle runs on the dump's own step
+    /// inputs and state, and the dump's outputs are compared with the oracle's (local error).
+    #[arg(long)]
+    pub captures: Option<PathBuf>,
+    /// The name map of `--captures`: a shipped one or a TOML file.
+    #[arg(long, default_value = "canonical")]
+    pub map: String,
 }
 
 pub fn run(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
@@ -72,6 +79,14 @@ pub fn run(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--inject and --reference-ties apply to --backend gpu");
     }
     let model = super::model::open(&golden, args.gguf.as_deref())?;
+    if let Some(dump) = &args.captures {
+        if on_gpu || !faults.is_empty() || args.pin_from.is_some() {
+            anyhow::bail!(
+                "--captures localises the dump: --backend gpu, --plant and --pin-from do not apply"
+            );
+        }
+        return super::captures::localize(&golden, &model, &args, dump);
+    }
     let mut reference = model.oracle();
     let recorded = RecordedRun::record(&golden, &mut reference)?;
     let mut make = test_backend(&model, &args, faults.clone(), on_gpu)?;

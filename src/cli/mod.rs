@@ -1,5 +1,6 @@
 //! Subcommand definitions and dispatch. Each subcommand family lives in its own file.
 
+pub mod bench;
 pub mod captures;
 pub mod check;
 pub mod gguf;
@@ -49,6 +50,9 @@ pub enum Command {
     /// Export or check the WGSL kernels (`--shaders DIR` runs them).
     #[command(subcommand)]
     Shaders(kernels::ShadersCmd),
+    /// This machine's FMA peak and memory bandwidth, and the oracle's GEMMs and decoders
+    /// against them; the last line is the roofline summary.
+    Bench(bench::BenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -62,6 +66,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Gui(args)) => gui::run(args),
         Some(Command::Selftest(args)) => selftest::run(args),
         Some(Command::Localize(args)) => localize::run(args),
+        Some(Command::Bench(args)) => bench::run(args),
         #[cfg(feature = "gui")]
         None => gui::run(gui::GuiArgs::default()),
         #[cfg(not(feature = "gui"))]
@@ -72,7 +77,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check::run(check::CheckArgs {
                 golden: None,
                 gguf: None,
-                backend: "cpu".into(),
+                backend: None,
+                captures: None,
+                map: "canonical".into(),
                 mode: check::ModeArg::Chained,
                 only: None,
                 regime: None,

@@ -39,6 +39,20 @@ impl ImportedBackend {
         }
     }
 
+    /// Replay `joined` over the step sequence of `cfg`'s graph.
+    pub fn for_config(
+        joined: Joined,
+        cfg: &crate::model::ModelConfig,
+        step_of: StepOf,
+    ) -> ImportedBackend {
+        let engram: Vec<usize> = cfg
+            .engram
+            .as_ref()
+            .map(|e| e.layer_ids.clone())
+            .unwrap_or_default();
+        ImportedBackend::new(joined, Step::sequence(cfg.n_layers, &engram), step_of)
+    }
+
     /// The joined dump it replays.
     pub fn joined(&self) -> &Joined {
         &self.joined

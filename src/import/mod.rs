@@ -55,3 +55,20 @@ pub fn canonical_tensors(joined: &Joined) -> Vec<(String, Vec<usize>, TensorValu
         })
         .collect()
 }
+
+/// The dump at `path`, joined with `golden` through `map`, as a backend whose regimes run the
+/// golden's step sequence. `step_of` is the session's capture-to-step rule.
+pub fn backend_for(
+    path: &std::path::Path,
+    map: &NameMap,
+    golden: &crate::golden::Golden,
+    step_of: backend::StepOf,
+) -> Result<ImportedBackend, ImportError> {
+    let cfg =
+        crate::model::ModelConfig::from_fixture(&golden.fixture).map_err(|e| ImportError::Map {
+            map: map.name.clone(),
+            msg: format!("the golden's fixture gives no model config: {e}"),
+        })?;
+    let (_, joined) = import(path, map, golden)?;
+    Ok(ImportedBackend::for_config(joined, &cfg, step_of))
+}

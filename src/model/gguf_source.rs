@@ -542,14 +542,22 @@ impl GgufSource {
                     }
                 } else {
                     let per_row = (width / ne0) as u64;
-                    for &r in rows {
+                    // One read per run of consecutive rows (a streamed head chunk is one run).
+                    let mut i = 0;
+                    while i < rows.len() {
+                        let mut j = i + 1;
+                        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+                            j += 1;
+                        }
                         // Bounded by the tensor's row count, checked above.
-                        let first = r as u64 * per_row;
+                        let first = rows[i] as u64 * per_row;
+                        let end = (rows[j - 1] as u64 + 1) * per_row;
                         let v = self
                             .set
-                            .tensor_rows_f32(t, first..first + per_row)
+                            .tensor_rows_f32(t, first..end)
                             .map_err(|x| self.err(name, x))?;
                         out.extend(v);
+                        i = j;
                     }
                 }
             }

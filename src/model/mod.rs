@@ -8,11 +8,15 @@ pub mod config;
 pub mod engram;
 pub mod gguf_export;
 pub mod gguf_source;
+pub mod layer_range;
+pub mod memory;
 pub mod params;
 pub mod rope;
 pub mod seed;
 pub mod sparse;
 pub mod stored;
+pub mod synth_fill;
+pub mod tokenizer;
 pub mod weights;
 
 pub use backend::{
@@ -21,4 +25,5 @@ pub use backend::{
 pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
 pub use engram::EngramTables;
 pub use gguf_source::{GgufModel, GgufModelError, GgufSource};
+pub use layer_range::{LayerRange, LayerRangeError};
 pub use weights::{FillerSource, WeightError, WeightSource};

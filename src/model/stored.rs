@@ -4,7 +4,7 @@
 //! bf16 rounding), so a GEMM over a stored matrix has the bits of one over its f32 copy.
 
 use super::weights::WeightError;
-use crate::gguf::quant::{block_decoder, BlockDecoder};
+use crate::gguf::quant::{block_decoder, block_decoder_bf16, BlockDecoder};
 use crate::gguf::GgmlType;
 use std::borrow::Cow;
 
@@ -49,8 +49,15 @@ impl<'a> StoredMatrix<'a> {
             name: name.to_string(),
             msg,
         };
-        let (block_values, block_bytes, decoder) = block_decoder(ggml_type)
-            .ok_or_else(|| invalid(format!("no block decoder for {}", ggml_type.name())))?;
+        let no_decoder = || invalid(format!("no block decoder for {}", ggml_type.name()));
+        let (block_values, block_bytes, plain) = block_decoder(ggml_type).ok_or_else(no_decoder)?;
+        // Rounding parameters decode through the fused decoder (the same bits as decoding, then
+        // `num::bf16_round` on every value).
+        let decoder = if round_bf16 {
+            block_decoder_bf16(ggml_type).ok_or_else(no_decoder)?
+        } else {
+            plain
+        };
         if cols == 0 || cols % block_values != 0 {
             return Err(invalid(format!(
                 "{cols} columns is not a positive multiple of the {} block size {block_values}",
@@ -129,21 +136,10 @@ impl<'a> StoredMatrix<'a> {
         let start = row * self.row_bytes + col0 / self.block_values * self.block_bytes;
         let len = out.len() / self.block_values * self.block_bytes;
         (self.decoder)(&self.bytes[start..start + len], out);
-        if self.round_bf16 {
-            round_to_bf16_in_place(out);
-        }
-    }
-}
-
-/// `bf16_round` over a slice, written without branches so it vectorizes: nearest-even on the
-/// upper half, NaNs kept NaN with the quiet bit set (exactly `num::bf16_bits`).
-fn round_to_bf16_in_place(v: &mut [f32]) {
-    for x in v.iter_mut() {
-        let bits = x.to_bits();
-        let nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
-        let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
-        let quiet = (bits >> 16) | 0x0040;
-        *x = f32::from_bits((if nan { quiet } else { rounded }) << 16);
+        // The row's next chunk: GEMMs read a dozen rows a chunk at a time.
+        let row_end = (row + 1) * self.row_bytes;
+        let next = (start + len).min(row_end)..(start + 2 * len).min(row_end);
+        crate::gguf::quant::rows::prefetch(&self.bytes[next]);
     }
 }
 
@@ -194,27 +190,6 @@ mod tests {
             false
         )
         .is_err());
-    }
-
-    #[test]
-    fn slice_rounding_is_bf16_round_on_every_class_of_value() {
-        let mut v: Vec<f32> = (0..1u32 << 16)
-            .map(|i| f32::from_bits(i.wrapping_mul(0x9e37_79b9) ^ (i << 7)))
-            .chain([
-                f32::NAN,
-                -f32::NAN,
-                f32::INFINITY,
-                f32::MIN,
-                f32::MAX,
-                0.0,
-                -0.0,
-            ])
-            .chain([f32::from_bits(0x7f80_0001), f32::from_bits(0xffff_ffff)])
-            .collect();
-        let want: Vec<u32> = v.iter().map(|&x| bf16_round(x).to_bits()).collect();
-        round_to_bf16_in_place(&mut v);
-        let got: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
-        assert_eq!(got, want);
     }
 
     #[test]

@@ -55,20 +55,32 @@ pub trait WeightSource: Send + Sync {
     }
     /// Fetch `name` and check its shape.
     fn expect(&self, name: &str, shape: &[usize]) -> Result<Arc<Vec<f32>>, WeightError> {
-        let found = self.shape(name).ok_or_else(|| WeightError::Missing {
-            name: name.to_string(),
-            source_desc: self.describe(),
-        })?;
-        if found != shape {
-            return Err(WeightError::Shape {
-                name: name.to_string(),
-                expected: shape.to_vec(),
-                found,
-                source_desc: self.describe(),
-            });
-        }
+        check_shape(self.shape(name), &self.describe(), name, shape)?;
         self.tensor(name)
     }
+}
+
+/// `found` (a source's shape of `name`, described by `source_desc`) is `shape`, or the error
+/// saying what is missing or different.
+fn check_shape(
+    found: Option<Vec<usize>>,
+    source_desc: &str,
+    name: &str,
+    shape: &[usize],
+) -> Result<(), WeightError> {
+    let found = found.ok_or_else(|| WeightError::Missing {
+        name: name.to_string(),
+        source_desc: source_desc.to_string(),
+    })?;
+    if found != shape {
+        return Err(WeightError::Shape {
+            name: name.to_string(),
+            expected: shape.to_vec(),
+            found,
+            source_desc: source_desc.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Copy rows out of a `[shape[0], rest]` tensor, bounds-checked.
@@ -467,4 +479,46 @@ fn poisoned(name: &str) -> WeightError {
         name: name.to_string(),
         msg: "weight cache lock poisoned".into(),
     }
+}
+
+/// Most bytes (as f32) one row chunk of a big parameter takes when a step streams it instead
+/// of materialising it: the real LM head `[129280, 5120]` is 2.6 GB as f32 and goes through in
+/// 64 MiB chunks (3276 rows), one at a time; a chunk also fits one storage binding of any
+/// adapter (lavapipe's limit is 128 MiB).
+pub const ROW_CHUNK_BYTES: usize = 64 << 20;
+
+/// Row ranges covering `rows` rows of `cols` f32 values in chunks of at most `max_bytes` (at
+/// least one row per chunk).
+pub fn row_chunks(rows: usize, cols: usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let per = (max_bytes / (cols.max(1) * F32_BYTES)).max(1);
+    (0..rows)
+        .step_by(per)
+        .map(|r0| r0..(r0 + per).min(rows))
+        .collect()
+}
+
+/// Streams parameter `name` (shape `[rows, cols]`) through `f` in row chunks of at most
+/// `max_bytes` as f32, each read without materialising the whole tensor: `f(first_row, rows)`
+/// gets the chunk's first row index and its values. What the backends' `Final` does with the
+/// LM head.
+pub fn stream_rows(
+    weights: &dyn WeightSource,
+    step: super::Step,
+    name: &str,
+    shape: [usize; 2],
+    max_bytes: usize,
+    mut f: impl FnMut(usize, &[f32]) -> Result<(), super::BackendError>,
+) -> Result<(), super::BackendError> {
+    let werr = |source| super::BackendError::Weight {
+        step: step.to_string(),
+        source,
+    };
+    check_shape(weights.shape(name), &weights.describe(), name, &shape).map_err(werr)?;
+    for range in row_chunks(shape[0], shape[1], max_bytes) {
+        let r0 = range.start;
+        let rows: Vec<usize> = range.collect();
+        let values = weights.rows(name, &rows).map_err(werr)?;
+        f(r0, &values)?;
+    }
+    Ok(())
 }

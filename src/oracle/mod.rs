@@ -13,8 +13,8 @@ pub mod state;
 
 use crate::model::rope::{RopeTable, RopeTables};
 use crate::model::{
-    Backend, BackendError, Capture, CaptureDtype, EngramTables, ModelConfig, SeedTensors, Step,
-    WeightSource,
+    Backend, BackendError, Capture, CaptureDtype, EngramTables, LayerRange, LayerRangeError,
+    ModelConfig, SeedTensors, Step, WeightSource,
 };
 use crate::num::bf16_round;
 use ops::{mean_sq, rmsnorm, rsqrt, sigmoid};
@@ -44,6 +44,11 @@ pub struct Oracle {
     pub diagnostics: bool,
     /// Diagnostic tensors of the current step (index scores) waiting to be emitted.
     pending_diag: Vec<Capture>,
+    /// Blocks a forward runs (`--layers A-B`); `None` runs every block.
+    layer_range: Option<LayerRange>,
+    /// Largest row chunk of the LM head fetched at once, in f32 bytes (see
+    /// [`crate::model::weights::ROW_CHUNK_BYTES`]); tests lower it to exercise the chunking.
+    pub head_chunk_bytes: usize,
 }
 
 fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
@@ -77,7 +82,25 @@ impl Oracle {
             faults: faults::FaultPlan::default(),
             diagnostics: false,
             pending_diag: Vec::new(),
+            layer_range: None,
+            head_chunk_bytes: crate::model::weights::ROW_CHUNK_BYTES,
         }
+    }
+
+    /// Restrict every forward to blocks `range` (then `Final` on the last one's output; see
+    /// [`crate::model::layer_range`] for what the first block is handed), or run every block
+    /// with `None`. Refused when a layer of the range reads a shared slot published before it.
+    pub fn set_layer_range(
+        &mut self,
+        range: Option<std::ops::RangeInclusive<usize>>,
+    ) -> Result<(), LayerRangeError> {
+        self.layer_range = LayerRange::optional(&self.cfg, range)?;
+        Ok(())
+    }
+
+    /// The blocks a forward runs, when restricted.
+    pub fn layer_range(&self) -> Option<&LayerRange> {
+        self.layer_range.as_ref()
     }
 
     fn fresh_state(cfg: &ModelConfig) -> PersistentState {
@@ -608,9 +631,32 @@ impl Oracle {
             CaptureDtype::Bf16,
             &mut head_in,
         );
+        // A GGUF lends the head's own blocks (decoded chunk by chunk inside the GEMM); any
+        // other source streams it in row chunks (the real head is 2.6 GB as f32). Each logit is
+        // one dot product, so neither path changes a bit.
         let ws = self.weights.clone();
-        let head = linear::linear(&*ws, step, "head.weight", [v, d])?;
-        let mut logits = head.f32(&head_in, s, d, v);
+        let mut logits = if ws.stored_matrix("head.weight").is_some() {
+            linear::linear(&*ws, step, "head.weight", [v, d])?.f32(&head_in, s, d, v)
+        } else {
+            let mut logits = vec![0f32; s * v];
+            crate::model::weights::stream_rows(
+                &*ws,
+                step,
+                "head.weight",
+                [v, d],
+                self.head_chunk_bytes,
+                |r0, w| {
+                    let n = w.len() / d;
+                    let part = linear::Linear::Dense(Arc::new(w.to_vec())).f32(&head_in, s, d, n);
+                    for t in 0..s {
+                        logits[t * v + r0..t * v + r0 + n]
+                            .copy_from_slice(&part[t * n..(t + 1) * n]);
+                    }
+                    Ok(())
+                },
+            )?;
+            logits
+        };
         self.put_f32(
             out,
             "logits_full",
@@ -642,10 +688,14 @@ impl Backend for Oracle {
     }
 
     fn steps(&self) -> Vec<Step> {
-        self.cfg.steps()
+        crate::model::layer_range::steps_for(&self.cfg, self.layer_range.as_ref())
     }
 
     fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        if let Some(r) = &self.layer_range {
+            r.check_step(step)
+                .map_err(|e| invalid(step, e.to_string()))?;
+        }
         match step {
             Step::EngramHash => self.step_engram_hash(step, sink),
             Step::Embed => self.step_embed(step, sink),

@@ -6,7 +6,7 @@
 //! The reference is the oracle's full tensors (bit-exact with the golden), so this works on
 //! sampled goldens too.
 
-use super::lockstep::{StepBackend, Stepper};
+use super::lockstep::{StepBackend, StepOutcome, Stepper};
 use super::reference::{RecordedRegime, RegimeTokens, SharedReference, TokensReference};
 use super::results::CaptureResult;
 use super::{model_of, regime_inputs, CheckOptions, Mode, SessionError};
@@ -99,12 +99,56 @@ pub struct StepError {
     pub worst_location: String,
 }
 
+impl StepError {
+    /// A step's `[input, chained, local]` ratios, whether the local error breaks the judge, and
+    /// its worst local capture and element; the gain is chained over input error (infinite when
+    /// error appears from exact inputs, 0 when there is none).
+    pub(crate) fn measured(
+        regime: String,
+        step: Step,
+        [input_ratio, chained_ratio, local_ratio]: [f64; 3],
+        local_breaks: bool,
+        worst_capture: String,
+        worst_location: String,
+    ) -> StepError {
+        let gain = if input_ratio > 0.0 {
+            chained_ratio / input_ratio
+        } else if chained_ratio > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
+        StepError {
+            regime,
+            step,
+            input_ratio,
+            chained_ratio,
+            local_ratio,
+            local_breaks,
+            gain,
+            worst_capture,
+            worst_location,
+        }
+    }
+}
+
 /// The per-step table and the first local divergence.
 #[derive(Debug, Clone)]
 pub struct Localization {
     pub steps: Vec<StepError>,
     /// Index into `steps` of the first step whose local error breaks its tolerance.
     pub first_local_divergence: Option<usize>,
+}
+
+impl Localization {
+    /// The table of `steps`, with the first step whose local error breaks its judge.
+    pub(crate) fn of_steps(steps: Vec<StepError>) -> Localization {
+        let first_local_divergence = steps.iter().position(|s| s.local_breaks);
+        Localization {
+            steps,
+            first_local_divergence,
+        }
+    }
 }
 
 /// Name the axes of a capture's multi-index.
@@ -165,21 +209,32 @@ fn ratio_vs(
 ) -> Option<(f64, bool, Vec<usize>)> {
     let rc = reference.get(regime, &r.name)?;
     let got = &r.per_backend.get(side)?.values;
-    let is_int = matches!(**got, CaptureValues::I64(_));
+    Some(ratio_against(&r.name, got, rc, judge))
+}
+
+/// `(ratio, breaks, worst multi-index)` of tensor `got` of capture `name` against the full
+/// reference tensor `rc` (see [`ratio_vs`]); also what an imported dump's local error uses.
+pub(crate) fn ratio_against(
+    name: &str,
+    got: &CaptureValues,
+    rc: &crate::model::Capture,
+    judge: Judge,
+) -> (f64, bool, Vec<usize>) {
+    let is_int = matches!(*got, CaptureValues::I64(_));
     let atlas = compare_full(
-        (&**got).into(),
+        got.into(),
         (&rc.values).into(),
         &rc.shape,
-        &policy_for_capture(&r.name, is_int),
+        &policy_for_capture(name, is_int),
     );
     let other = match judge {
         Judge::Atlas => None,
-        Judge::Strict => Some(policy_against(Against::ReferenceStrict, &r.name, is_int)),
-        Judge::Gpu => Some(policy_against(Against::Backend, &r.name, is_int)),
+        Judge::Strict => Some(policy_against(Against::ReferenceStrict, name, is_int)),
+        Judge::Gpu => Some(policy_against(Against::Backend, name, is_int)),
     };
     let breaks = match other {
         None => !atlas.pass,
-        Some(p) => !compare_full((&**got).into(), (&rc.values).into(), &rc.shape, &p).pass,
+        Some(p) => !compare_full(got.into(), (&rc.values).into(), &rc.shape, &p).pass,
     };
     // Integer captures are exact-or-not: their error/1e-12 ratio would swamp every float ratio,
     // so they count 1 when they differ (top-k triage explains them) and 0 otherwise.
@@ -201,7 +256,7 @@ fn ratio_vs(
     } else {
         raw
     };
-    Some((ratio, breaks, atlas.max_abs_err_multi_index))
+    (ratio, breaks, atlas.max_abs_err_multi_index)
 }
 
 /// Localise the error of `test` against the reference run. `make_test` builds a fresh test
@@ -243,11 +298,45 @@ pub fn localize_with(
     let shared: SharedReference = Arc::new(reference.clone());
     let mut chained = stepper_on(&shared, make_test()?, Mode::Chained, None)?;
     let mut isolated = stepper_on(&shared, make_test()?, Mode::Isolated, None)?;
+    localize_steppers(
+        reference,
+        &mut chained,
+        &mut isolated,
+        judge,
+        &mut |_, i| {
+            i.results
+                .iter()
+                .filter(|r| !is_input_capture(&r.name))
+                .filter_map(|r| {
+                    let (x, b, idx) = ratio_vs(reference, i.regime_index, r, 0, judge)?;
+                    Some((r.name.clone(), r.shape.clone(), x, b, idx))
+                })
+                .collect()
+        },
+    )
+}
+
+/// One output capture's local error: name, shape, ratio, whether it breaks the judge, and the
+/// multi-index of its worst element.
+pub(crate) type LocalError = (String, Vec<usize>, f64, bool, Vec<usize>);
+
+/// Drive a chained stepper (its first backend is the test backend, against `reference`) and a
+/// local one side by side, step by step: the chained outcome gives each step's input and
+/// chained error; `local_errors(chained, local)` gives its outputs' local errors, in execution
+/// order. The capture a step names is the first that breaks its tolerance (where the error is
+/// born), else the worst.
+pub(crate) fn localize_steppers(
+    reference: &RecordedRun,
+    chained: &mut Stepper<'_>,
+    local: &mut Stepper<'_>,
+    judge: Judge,
+    local_errors: &mut dyn FnMut(&StepOutcome, &StepOutcome) -> Vec<LocalError>,
+) -> Result<Localization, SessionError> {
     let mut steps = Vec::new();
     let mut prev_chained = 0f64;
     let mut regime = None;
     while let Some(c) = chained.next_step()? {
-        let Some(i) = isolated.next_step()? else {
+        let Some(i) = local.next_step()? else {
             break;
         };
         if regime != Some(c.regime_index) {
@@ -275,43 +364,25 @@ pub fn localize_with(
             input_ratio = prev_chained;
         }
         prev_chained = chained_ratio;
-        // The step's local error is its worst output; the capture named is the first one (in
-        // execution order) that breaks its tolerance, where the error is born, else the worst.
         let mut breaks = false;
-        for r in i.results.iter().filter(|r| !is_input_capture(&r.name)) {
-            if let Some((x, b, idx)) = ratio_vs(reference, ri, r, 0, judge) {
-                if !breaks && (b || x > local_ratio) {
-                    worst_capture = r.name.clone();
-                    worst_location = describe_location(&r.name, &r.shape, &idx);
-                }
-                breaks |= b;
-                local_ratio = local_ratio.max(x);
+        for (name, shape, x, b, idx) in local_errors(&c, &i) {
+            if !breaks && (b || x > local_ratio) {
+                worst_capture = name.clone();
+                worst_location = describe_location(&name, &shape, &idx);
             }
+            breaks |= b;
+            local_ratio = local_ratio.max(x);
         }
-        let gain = if input_ratio > 0.0 {
-            chained_ratio / input_ratio
-        } else if chained_ratio > 0.0 {
-            f64::INFINITY
-        } else {
-            0.0
-        };
-        steps.push(StepError {
-            regime: c.regime,
-            step: c.step,
-            input_ratio,
-            chained_ratio,
-            local_ratio,
-            local_breaks: breaks,
-            gain,
+        steps.push(StepError::measured(
+            c.regime,
+            c.step,
+            [input_ratio, chained_ratio, local_ratio],
+            breaks,
             worst_capture,
             worst_location,
-        });
+        ));
     }
-    let first_local_divergence = steps.iter().position(|s| s.local_breaks);
-    Ok(Localization {
-        steps,
-        first_local_divergence,
-    })
+    Ok(Localization::of_steps(steps))
 }
 
 /// The localisation table as text (only steps with any error, plus the verdict line).

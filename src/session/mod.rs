@@ -9,6 +9,7 @@ pub mod builder;
 pub mod controller;
 pub mod determinism;
 pub mod export;
+pub mod imported;
 pub mod invariants;
 pub mod localize;
 pub mod lockstep;

@@ -70,6 +70,8 @@ pub struct AppOptions {
     pub select_on_start: Option<String>,
     /// Show this view with that selection.
     pub view_on_start: Option<DetailView>,
+    /// The name map a dump opened in the app is read through (`gui --map`).
+    pub captures_map: String,
 }
 
 impl AppOptions {
@@ -88,6 +90,7 @@ impl AppOptions {
             show_frame_time: true,
             select_on_start: None,
             view_on_start: None,
+            captures_map: "canonical".into(),
         }
     }
 }
@@ -134,6 +137,8 @@ pub struct GoldenLensApp {
     pub(crate) commands: Vec<UiCommand>,
     jobs_tx: Sender<FileJob>,
     jobs_rx: Receiver<FileJob>,
+    /// The backends the app was started with (an opened dump replaces the test side of these).
+    base_backends: BackendMaker,
     pub(crate) loading: Option<String>,
     ctx: Option<egui::Context>,
     /// Durations of the last frames' `ui` calls, in seconds (newest last).
@@ -178,6 +183,7 @@ impl GoldenLensApp {
             commands: Vec::new(),
             jobs_tx,
             jobs_rx,
+            base_backends: options.backends.clone(),
             loading: None,
             ctx: Some(ctx.clone()),
             frame_secs: Default::default(),
@@ -323,14 +329,29 @@ impl GoldenLensApp {
                 files::load_gguf_async(path, self.jobs_tx.clone(), self.ctx.clone());
             }
             UiCommand::OpenPath(path) => {
-                let is_gguf = path
-                    .extension()
-                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+                let ext = path.extension().map(|e| e.to_ascii_lowercase());
+                let is_gguf = ext.as_ref().is_some_and(|e| e == "gguf");
                 self.handle(if is_gguf {
                     UiCommand::OpenGguf(path)
+                } else if super::imported::is_dump(&path) {
+                    UiCommand::OpenCaptures(path)
                 } else {
                     UiCommand::OpenGolden(path)
                 });
+            }
+            UiCommand::OpenCaptures(path) => {
+                match crate::import::NameMap::load(&self.options.captures_map) {
+                    Ok(map) => {
+                        self.options.backends = super::imported::with_captures(
+                            self.base_backends.clone(),
+                            path.clone(),
+                            map,
+                        );
+                        self.restart_session_on(self.weights.clone());
+                        self.notice = Some(format!("the test side replays {}", path.display()));
+                    }
+                    Err(e) => self.errors.push(e.to_string()),
+                }
             }
             UiCommand::PickFile(kind) => {
                 files::pick_file_async(kind, self.jobs_tx.clone(), self.ctx.clone());

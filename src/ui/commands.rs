@@ -59,6 +59,8 @@ pub enum UiCommand {
     OpenGguf(PathBuf),
     /// Open a file at a path, deciding golden or GGUF by its extension (drag and drop, path field).
     OpenPath(PathBuf),
+    /// Replay another engine's dump as the test side beside the oracle (through the app's map).
+    OpenCaptures(PathBuf),
     /// Show a native file dialog (on its own thread; without a desktop portal it reports an error).
     PickFile(FileKind),
     /// Pass a run request to the session worker.

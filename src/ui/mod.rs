@@ -4,6 +4,7 @@
 pub mod app;
 pub mod commands;
 pub mod files;
+pub mod imported;
 pub mod panels;
 pub mod theme;
 pub mod views;

@@ -4,20 +4,14 @@
 
 use golden_lens::golden::Golden;
 use golden_lens::import::{self, Joined, NameMap, TensorValues};
-use golden_lens::model::{ModelConfig, Step};
+use golden_lens::model::ModelConfig;
 use golden_lens::session::{self, CheckOptions, Report};
 use std::path::{Path, PathBuf};
 
-/// A reference golden shipped beside the repository.
+/// A reference golden shipped in the repository (golden/reference/).
 pub fn reference(name: &str) -> PathBuf {
-    let in_repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/reference")
-        .join(name);
-    if in_repo.exists() {
-        return in_repo;
-    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference")
+        .join("golden/reference")
         .join(name)
 }
 
@@ -77,13 +71,7 @@ pub fn join(path: &Path, map: &str, g: &Golden) -> Joined {
 /// The imported dump checked against `g` as a backend (chained; invariants on).
 pub fn check(joined: Joined, g: &Golden) -> Report {
     let cfg = ModelConfig::from_fixture(&g.fixture).expect("config");
-    let engram: Vec<usize> = cfg
-        .engram
-        .as_ref()
-        .map(|e| e.layer_ids.clone())
-        .unwrap_or_default();
-    let steps = Step::sequence(cfg.n_layers, &engram);
-    let mut backend = import::ImportedBackend::new(joined, steps, session::step_of_capture);
+    let mut backend = import::ImportedBackend::for_config(joined, &cfg, session::step_of_capture);
     let opts = CheckOptions {
         invariants: Some(cfg),
         ..CheckOptions::default()

@@ -1,5 +1,5 @@
 """Writes f32 inputs and gguf-py's `gguf.quants.quantize` encoding of them (Q8_0, Q4_0, BF16,
-F16), for tests/gguf_python.rs to compare byte for byte with golden-lens's encoder.
+F16, MXFP4), for tests/gguf_python.rs to compare byte for byte with golden-lens's encoder.
 
 usage: gen_quant_inputs.py OUT_DIR
 writes OUT_DIR/manifest.json, inputs.f32 and, per type, <TYPE>.bytes.
@@ -13,7 +13,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import quantize
 
-TYPES = [QT.Q8_0, QT.Q4_0, QT.BF16, QT.F16]
+TYPES = [QT.Q8_0, QT.Q4_0, QT.BF16, QT.F16, QT.MXFP4]
 BLOCK = 32
 
 

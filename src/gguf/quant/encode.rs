@@ -1,7 +1,7 @@
 //! Encoders: f32 values to GGML blocks, for the tiny-file writer. F16/BF16 round to nearest
 //! even. Q8_0 and Q4_0 follow ggml's reference quantizers (`quantize_row_q8_0_ref`,
 //! `quantize_row_q4_0_ref`: the same scale rule, rounding and clamping, so the blocks are
-//! byte-identical to gguf-py's `gguf.quants.quantize`). The K-quants and IQ2_XXS use simple
+//! byte-identical to gguf-py's `gguf.quants.quantize`), and so does MXFP4 (gguf-py's rule). The K-quants and IQ2_XXS use simple
 //! min/max (K) and exhaustive grid search (IQ2_XXS) quantizers written here: they produce valid
 //! blocks that decode close to the input, not ggml's optimised (imatrix-free) choice of scales.
 
@@ -48,6 +48,7 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>> {
         GgmlType::Q5K => q5_k_block,
         GgmlType::Q6K => q6_k_block,
         GgmlType::Iq2Xxs => iq2_xxs_block,
+        GgmlType::Mxfp4 => mxfp4_block,
         _ => return Err(err("no encoder for this type".into())),
     };
     for block in values.chunks_exact(block_values) {
@@ -72,6 +73,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | GgmlType::Q5K
             | GgmlType::Q6K
             | GgmlType::Iq2Xxs
+            | GgmlType::Mxfp4
     )
 }
 
@@ -309,6 +311,88 @@ fn q6_k_block(x: &[f32], out: &mut Vec<u8>) {
     push_f16(out, d_bits);
 }
 
+/// The IQ2_XXS grid transposed for the search: `levels[j][g]` is the magnitude of value `j` of
+/// grid entry `g`, and `sq[g]` the sum of its squares.
+struct GridTable {
+    levels: [[f32; 256]; 8],
+    sq: [f32; 256],
+}
+
+fn grid_table() -> &'static GridTable {
+    static TABLE: std::sync::OnceLock<GridTable> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = GridTable {
+            levels: [[0.0; 256]; 8],
+            sq: [0.0; 256],
+        };
+        for (g, &entry) in GRID_2BIT.iter().enumerate() {
+            for j in 0..8 {
+                let v = GRID_LEVELS[((entry >> (2 * j)) & 3) as usize];
+                t.levels[j][g] = v;
+                t.sq[g] += v * v;
+            }
+        }
+        t
+    })
+}
+
+/// The grid entry (of 256) whose values times `db` are nearest `target` (least squares, lowest
+/// index on ties), by exhaustive search: `Σ (db·L − t)²` differs between entries only by
+/// `db·(db·ΣL² − 2·Σ L·t)`, so entries are ranked by `db·ΣL² − 2·Σ L·t` (one pass of 256-wide
+/// multiply-adds per value, which vectorises; real-dims experts have hundreds of millions of
+/// values).
+fn nearest_grid_entry(db: f32, target: &[f32; 8]) -> usize {
+    let t = grid_table();
+    let mut score = [0f32; 256];
+    for (g, s) in score.iter_mut().enumerate() {
+        *s = db * t.sq[g];
+    }
+    for (j, &x) in target.iter().enumerate() {
+        let x2 = 2.0 * x;
+        for (s, &l) in score.iter_mut().zip(&t.levels[j]) {
+            *s -= l * x2;
+        }
+    }
+    let mut best = 0;
+    for (g, &s) in score.iter().enumerate() {
+        if s < score[best] {
+            best = g;
+        }
+    }
+    best
+}
+
+/// MXFP4 as gguf-py's `quantize` (and ggml's reference) does it: the shared exponent is
+/// `floor(log2(amax)) − 2 + 127` (0 for an all-zero block), so the largest magnitude lands in
+/// E2M1's top binade, and each value takes the first of the 16 codes with the least
+/// `|d·k − x|` in f32 (`d` = 2^(e−128), codes doubled as in the decoder).
+fn mxfp4_block(x: &[f32], out: &mut Vec<u8>) {
+    use super::mxfp4::{e8m0_to_f32_half, KVALUES_DOUBLED};
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let e = if amax > 0.0 {
+        // Finite inputs (checked by `quantize`) keep this within 0..=254 except for amax below
+        // 2^-125, which clamps to the smallest exponent.
+        (amax.log2().floor() as i32 - 2 + 127).clamp(0, 254) as u8
+    } else {
+        0
+    };
+    let d = e8m0_to_f32_half(e);
+    let code = |v: f32| -> u8 {
+        let mut best = (f32::INFINITY, 0u8);
+        for (k, &q) in KVALUES_DOUBLED.iter().enumerate() {
+            let err = (d * f32::from(q) - v).abs();
+            if err < best.0 {
+                best = (err, k as u8);
+            }
+        }
+        best.1
+    };
+    out.push(e);
+    for j in 0..16 {
+        out.push(code(x[j]) | (code(x[j + 16]) << 4));
+    }
+}
+
 /// IQ2_XXS: per 32-value group a 4-bit scale `ls` (`db = d·(0.5 + ls)/4`), and per 8 values
 /// the grid entry (of 256) and even-parity sign pattern that fit best (exhaustive search).
 fn iq2_xxs_block(x: &[f32], out: &mut Vec<u8>) {
@@ -344,28 +428,15 @@ fn iq2_xxs_block(x: &[f32], out: &mut Vec<u8>) {
                     .unwrap_or(0);
                 signs ^= 1 << j;
             }
-            let target: Vec<f32> = (0..8)
-                .map(|j| {
-                    if signs & (1 << j) != 0 {
-                        -eight[j]
-                    } else {
-                        eight[j]
-                    }
-                })
-                .collect();
-            let mut best = (f32::INFINITY, 0usize);
-            for (idx, &entry) in GRID_2BIT.iter().enumerate() {
-                let err: f32 = (0..8)
-                    .map(|j| {
-                        let v = db * GRID_LEVELS[((entry >> (2 * j)) & 3) as usize];
-                        (v - target[j]) * (v - target[j])
-                    })
-                    .sum();
-                if err < best.0 {
-                    best = (err, idx);
-                }
+            let mut target = [0f32; 8];
+            for (j, t) in target.iter_mut().enumerate() {
+                *t = if signs & (1 << j) != 0 {
+                    -eight[j]
+                } else {
+                    eight[j]
+                };
             }
-            grid_bytes[k] = best.1 as u8;
+            grid_bytes[k] = nearest_grid_entry(db, &target) as u8;
             aux |= (signs & 0x7f) << (7 * k);
         }
         out.extend(grid_bytes);
@@ -398,7 +469,7 @@ mod tests {
 
     /// Worst error relative to the block's largest magnitude each encoder must stay within:
     /// one half step of the type's grid plus the rounding of 4/6-bit sub-scales (generous).
-    const REL_ERR: [(GgmlType, f32); 11] = [
+    const REL_ERR: [(GgmlType, f32); 12] = [
         (GgmlType::F32, 0.0),
         (GgmlType::F16, 1e-3),
         (GgmlType::Bf16, 4e-3),
@@ -410,6 +481,10 @@ mod tests {
         (GgmlType::Q3K, 0.3),
         (GgmlType::Q2K, 0.6),
         (GgmlType::Iq2Xxs, 1.0),
+        // E2M1 steps are 1/6 of the top code; with the exponent rule above the block's largest
+        // magnitude sits at most at 8/6 of the top code's value: half a step of 2 in units of
+        // d is d, at most 1/4 of amax.
+        (GgmlType::Mxfp4, 0.25),
     ];
 
     #[test]
@@ -463,7 +538,11 @@ mod tests {
         assert!(quantize(GgmlType::Q8_0, &[0.0; 31]).is_err());
         assert!(quantize(GgmlType::Q4K, &[0.0; 32]).is_err());
         assert!(quantize(GgmlType::F32, &[f32::NAN]).is_err());
-        assert!(quantize(GgmlType::Mxfp4, &[0.0; 32]).is_err());
+        assert!(quantize(GgmlType::Iq4Xs, &[0.0; 256]).is_err());
+        assert_eq!(
+            quantize(GgmlType::Mxfp4, &[0.0; 32]).unwrap(),
+            vec![0u8; 17]
+        );
         assert_eq!(quantize(GgmlType::Q2K, &[0.0; 256]).unwrap().len(), 84);
     }
 }

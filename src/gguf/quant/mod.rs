@@ -10,6 +10,7 @@ pub mod kquants;
 pub mod legacy;
 pub mod mxfp4;
 pub mod rows;
+pub mod sample;
 
 use super::error::{GgufError, Result};
 use super::ggml_type::GgmlType;
@@ -126,6 +127,29 @@ pub fn block_decoder(ty: GgmlType) -> Option<(usize, usize, BlockDecoder)> {
     };
     let (values, bytes) = ty.block_layout()?;
     Some((values, bytes, decode))
+}
+
+/// The decoder of `ty` whose values come out rounded to bf16 (nearest even, as
+/// `num::bf16_round`): `block_decoder` and a rounding pass fused, for parameters the reference
+/// holds in bf16.
+pub fn block_decoder_bf16(ty: GgmlType) -> Option<BlockDecoder> {
+    let decode: BlockDecoder = match ty {
+        GgmlType::F32 => rows::f32_rows_bf16,
+        GgmlType::F16 => rows::f16_bf16,
+        GgmlType::Bf16 => rows::bf16_bf16,
+        GgmlType::I8 => rows::i8_rows_bf16,
+        GgmlType::Q8_0 => rows::q8_0_bf16,
+        GgmlType::Q4_0 => rows::q4_0_bf16,
+        GgmlType::Q2K => rows::q2_k_bf16,
+        GgmlType::Q3K => rows::q3_k_bf16,
+        GgmlType::Q4K => rows::q4_k_bf16,
+        GgmlType::Q5K => rows::q5_k_bf16,
+        GgmlType::Q6K => rows::q6_k_bf16,
+        GgmlType::Iq2Xxs => rows::iq2_xxs_bf16,
+        GgmlType::Mxfp4 => rows::mxfp4_bf16,
+        _ => return None,
+    };
+    Some(decode)
 }
 
 /// The reference decoders: one block at a time, written as ggml's reference loops (what

@@ -5,7 +5,8 @@
 pub const BLOCK_BYTES: usize = 17;
 
 /// E2M1 code to twice its value: codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6 (doubled), 8..15 negative.
-const KVALUES_DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(crate) const KVALUES_DOUBLED: [i8; 16] =
+    [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// `2^(e − 128)` as f32, exact for every byte (e = 0 and 1 give subnormals, 255 gives 2^127).
 pub fn e8m0_to_f32_half(e: u8) -> f32 {

@@ -39,7 +39,7 @@ impl GpuBackend {
                     .gpu
                     .upload_weight(&key, &v, 1, v.len())
                     .map_err(berr(step))?;
-                self.wcache.insert(key, w.clone());
+                self.cache_weight(&key, &w, v.len() * std::mem::size_of::<f32>());
                 w.single()
                     .cloned()
                     .ok_or_else(|| invalid(step, "scale/base chunked"))?

@@ -1,7 +1,7 @@
 //! The stream's end: the final hc collapse, the norm and the LM head.
 
 use super::{berr, invalid, GpuBackend};
-use crate::gpu::gemm::linear;
+use crate::gpu::gemm::{gemm_into, XView};
 use crate::gpu::hc::hc_pre;
 use crate::gpu::rows::rmsnorm;
 use crate::model::{BackendError, CaptureDtype, Step};
@@ -42,8 +42,41 @@ impl GpuBackend {
             &head_in,
             0,
         )?;
-        let head = self.w(step, "head.weight", &[v, d])?;
-        let logits = linear(&mut self.gpu, &head_in, s, &head, false).map_err(&e)?;
+        // The head streams in row chunks (the real one is 2.6 GB as f32), each uploaded, used
+        // and released; every logit is one dot product, so the bits do not depend on the chunks.
+        let logits = self.gpu.zeros("logits", s * v).map_err(&e)?;
+        let weights = self.weights.clone();
+        let chunk_bytes = self.head_chunk_bytes;
+        crate::model::weights::stream_rows(
+            weights.as_ref(),
+            step,
+            "head.weight",
+            [v, d],
+            chunk_bytes,
+            |r0, data| {
+                let n = data.len() / d;
+                let chunk = self
+                    .gpu
+                    .upload_weight("head.weight", data, n, d)
+                    .map_err(&e)?;
+                gemm_into(
+                    &mut self.gpu,
+                    &head_in,
+                    XView::dense(s, d),
+                    &chunk,
+                    0,
+                    n,
+                    &logits,
+                    v,
+                    r0,
+                    false,
+                )
+                .map_err(&e)?;
+                // Submit and wait, so at most one chunk (and its staging copy) is alive.
+                self.settle();
+                Ok(())
+            },
+        )?;
         self.cap(
             step,
             "logits_full".into(),

@@ -15,8 +15,8 @@ use super::shaders::ShaderSet;
 use super::{GpuContext, GpuError};
 use crate::model::rope::{RopeTable, RopeTables};
 use crate::model::{
-    Backend, BackendError, Capture, EngramTables, ModelConfig, Pins, SeedTensors, Step,
-    WeightSource,
+    Backend, BackendError, Capture, EngramTables, LayerRange, LayerRangeError, ModelConfig, Pins,
+    SeedTensors, Step, WeightSource,
 };
 use capture::Slot;
 use state::{LayerState, Shared};
@@ -48,6 +48,11 @@ pub struct GpuOptions {
     pub tie_audit: bool,
 }
 
+/// Default byte budget of the device weight cache (1 GiB): every weight of the tiny model, one
+/// real-dims layer's attention and shared expert; on a CPU adapter (lavapipe) device buffers
+/// are process memory, so more would count against the run's memory bound.
+pub const GPU_DEFAULT_WEIGHT_CACHE_BYTES: usize = 1 << 30;
+
 /// Largest integer an f32 carries exactly; device index tensors stay below it.
 const F32_EXACT_INT: usize = 1 << 24;
 
@@ -60,6 +65,13 @@ pub struct GpuBackend {
     ropes: RopeTables,
     opts: GpuOptions,
     wcache: HashMap<String, WeightTensor>,
+    /// Cached names in insertion order with their f32 bytes (eviction order).
+    wcache_order: std::collections::VecDeque<(String, usize)>,
+    wcache_bytes: usize,
+    /// Byte budget of the device weight cache (non-expert weights uploaded once and reused
+    /// across steps). At real dims the non-expert weights of 40 layers are ~26 GB as f32, so the
+    /// cache holds what fits and re-uploads the rest.
+    pub weight_cache_budget_bytes: usize,
     layers: Vec<LayerState>,
     shared: Shared,
     hash_cache: Vec<i64>,
@@ -78,6 +90,11 @@ pub struct GpuBackend {
     provenance: Vec<HashMap<String, CaptureProvenance>>,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
+    /// Blocks a forward runs (`--layers A-B`); `None` runs every block.
+    layer_range: Option<LayerRange>,
+    /// Largest row chunk of the LM head uploaded at once, in f32 bytes (see
+    /// [`crate::model::weights::ROW_CHUNK_BYTES`]); tests lower it to exercise the chunking.
+    pub head_chunk_bytes: usize,
 }
 
 fn berr(step: Step) -> impl Fn(GpuError) -> BackendError {
@@ -130,6 +147,9 @@ impl GpuBackend {
             ropes,
             opts,
             wcache: HashMap::new(),
+            wcache_order: std::collections::VecDeque::new(),
+            wcache_bytes: 0,
+            weight_cache_budget_bytes: GPU_DEFAULT_WEIGHT_CACHE_BYTES,
             layers,
             shared: Shared::default(),
             hash_cache: Vec::new(),
@@ -144,7 +164,25 @@ impl GpuBackend {
             pins: Pins::default(),
             provenance: Vec::new(),
             run_seconds: 0.0,
+            layer_range: None,
+            head_chunk_bytes: crate::model::weights::ROW_CHUNK_BYTES,
         })
+    }
+
+    /// Restrict every forward to blocks `range` exactly as the oracle's `set_layer_range` does
+    /// (same steps, same first-block input; see [`crate::model::layer_range`]), or run every
+    /// block with `None`.
+    pub fn set_layer_range(
+        &mut self,
+        range: Option<std::ops::RangeInclusive<usize>>,
+    ) -> Result<(), LayerRangeError> {
+        self.layer_range = LayerRange::optional(&self.cfg, range)?;
+        Ok(())
+    }
+
+    /// The blocks a forward runs, when restricted.
+    pub fn layer_range(&self) -> Option<&LayerRange> {
+        self.layer_range.as_ref()
     }
 
     /// The adapter this backend runs on.
@@ -235,10 +273,14 @@ impl Backend for GpuBackend {
     }
 
     fn steps(&self) -> Vec<Step> {
-        self.cfg.steps()
+        crate::model::layer_range::steps_for(&self.cfg, self.layer_range.as_ref())
     }
 
     fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
+        if let Some(r) = &self.layer_range {
+            r.check_step(step)
+                .map_err(|e| invalid(step, e.to_string()))?;
+        }
         let t0 = std::time::Instant::now();
         self.slots.clear();
         self.gpu.set_profile_step(&step.to_string());

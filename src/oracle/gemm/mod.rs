@@ -65,27 +65,6 @@ pub enum WeightRows<'a> {
 }
 
 impl WeightRows<'_> {
-    /// Values `col0..col0 + len` of row `row`: borrowed for f32 weights, decoded into `scratch`
-    /// otherwise.
-    #[inline]
-    fn chunk<'s>(
-        &'s self,
-        k: usize,
-        row: usize,
-        col0: usize,
-        len: usize,
-        scratch: &'s mut [f32],
-    ) -> &'s [f32] {
-        match self {
-            WeightRows::F32(w) => &w[row * k + col0..row * k + col0 + len],
-            WeightRows::Stored(s) => {
-                let out = &mut scratch[..len];
-                s.decode(row, col0, out);
-                out
-            }
-        }
-    }
-
     /// Whether the operand is `n × k`.
     fn has_shape(&self, n: usize, k: usize) -> bool {
         match self {
@@ -101,14 +80,6 @@ impl WeightRows<'_> {
             WeightRows::F32(w) if k == 0 => w.is_empty().then_some(0),
             WeightRows::F32(w) => (w.len() % k == 0).then_some(w.len() / k),
             WeightRows::Stored(s) => (s.cols() == k).then_some(s.rows()),
-        }
-    }
-
-    /// Decoded values needed to read the `k mod 4` tail columns of a row: one block.
-    fn tail_scratch(&self) -> usize {
-        match self {
-            WeightRows::F32(_) => 0,
-            WeightRows::Stored(s) => s.block_values().max(KC),
         }
     }
 }
@@ -247,99 +218,83 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Outputs `b·NB .. (b+1)·NB` of every row, row-major `[m, width]`.
+    /// Outputs `b·NB .. (b+1)·NB` of every row, row-major `[m, width]`. Panel by panel: the
+    /// panel's 12 weight rows (decoded whole, once, when stored as blocks), then for every block
+    /// of input rows and every chunk of columns the packed chunk against the inputs.
     fn block(&self, b: usize) -> Vec<f32> {
         let (m, k, k4) = (self.m, self.k, self.k4);
         let o0 = b * NB;
         let width = NB.min(self.n - o0);
-        let panels = width.div_ceil(NR);
         let mut out = vec![0f32; m * width];
         let mut wp = vec![0f64; KC / 4 * PANEL_STEP];
-        let mut scratch = vec![0f32; KC.max(self.w.tail_scratch())];
-        let mut lanes = vec![0f64; panels * MC.min(m) * PANEL_STEP];
-        for mc0 in (0..m).step_by(MC) {
-            let rows = MC.min(m - mc0);
-            let lanes = &mut lanes[..panels * rows * PANEL_STEP];
-            lanes.fill(0.0);
-            for kc0 in (0..k4).step_by(KC) {
-                let kcl = KC.min(k4 - kc0);
-                let steps = kcl / 4;
-                for p in 0..panels {
-                    let first = o0 + p * NR;
-                    let live = NR.min(self.n - first);
-                    self.pack(
-                        &mut wp[..steps * PANEL_STEP],
-                        first,
-                        live,
-                        kc0,
-                        kcl,
-                        &mut scratch,
-                    );
-                    let tile = &mut lanes[p * rows * PANEL_STEP..(p + 1) * rows * PANEL_STEP];
-                    for r0 in (0..rows).step_by(MR) {
-                        let mr = MR.min(rows - r0);
+        let mut decoded = match self.w {
+            WeightRows::Stored(_) => vec![0f32; NR * k],
+            WeightRows::F32(_) => Vec::new(),
+        };
+        let mut lanes = vec![0f64; MC.min(m) * PANEL_STEP];
+        for p in 0..width.div_ceil(NR) {
+            let first = o0 + p * NR;
+            let live = NR.min(self.n - first);
+            let rows: Vec<&[f32]> = match self.w {
+                WeightRows::F32(w) => (0..live)
+                    .map(|q| &w[(self.row0 + first + q) * k..][..k])
+                    .collect(),
+                WeightRows::Stored(sm) => {
+                    for (q, row) in decoded.chunks_exact_mut(k.max(1)).take(live).enumerate() {
+                        sm.decode(self.row0 + first + q, 0, row);
+                    }
+                    decoded.chunks_exact(k.max(1)).take(live).collect()
+                }
+            };
+            for mc0 in (0..m).step_by(MC) {
+                let n_rows = MC.min(m - mc0);
+                let lanes = &mut lanes[..n_rows * PANEL_STEP];
+                lanes.fill(0.0);
+                for kc0 in (0..k4).step_by(KC) {
+                    let kcl = KC.min(k4 - kc0);
+                    let steps = kcl / 4;
+                    let wp = &mut wp[..steps * PANEL_STEP];
+                    for q in 0..NR {
+                        match rows.get(q) {
+                            Some(row) => pack_row(self.path, &row[kc0..kc0 + kcl], wp, q, steps),
+                            // Outputs past the end of a ragged `n`: zero weights.
+                            None => {
+                                (0..steps).for_each(|s| wp[s * PANEL_STEP + 4 * q..][..4].fill(0.0))
+                            }
+                        }
+                    }
+                    for r0 in (0..n_rows).step_by(MR) {
+                        let mr = MR.min(n_rows - r0);
                         let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
                         microkernel(
                             self.path,
                             mr,
                             xs,
                             kcl,
-                            &wp[..steps * PANEL_STEP],
+                            wp,
                             steps,
-                            &mut tile[r0 * PANEL_STEP..],
+                            &mut lanes[r0 * PANEL_STEP..],
                         );
                     }
                 }
-            }
-            // Lanes summed in the fixed tree, then the tail, then the rounding.
-            for oo in 0..width {
-                let (p, q) = (oo / NR, oo % NR);
-                let tail_w = (k4 < k).then(|| {
-                    self.w
-                        .chunk(k, self.row0 + o0 + oo, k4, k - k4, &mut scratch)
-                        .to_vec()
-                });
-                for r in 0..rows {
-                    let l = &lanes[(p * rows + r) * PANEL_STEP + 4 * q..][..4];
-                    let mut tail = 0f64;
-                    if let Some(tw) = &tail_w {
+                // Lanes summed in the fixed tree, then the tail, then the rounding.
+                for (q, row) in rows.iter().enumerate() {
+                    let oo = p * NR + q;
+                    for r in 0..n_rows {
+                        let l = &lanes[r * PANEL_STEP + 4 * q..][..4];
                         let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
-                        for (a, b) in xr.iter().zip(tw) {
+                        let mut tail = 0f64;
+                        for (a, b) in xr.iter().zip(&row[k4..]) {
                             tail += f64::from(*a) * f64::from(*b);
                         }
+                        let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail) as f32;
+                        out[(mc0 + r) * width + oo] =
+                            if self.round_bf16 { bf16_round(v) } else { v };
                     }
-                    let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail) as f32;
-                    out[(mc0 + r) * width + oo] = if self.round_bf16 { bf16_round(v) } else { v };
                 }
             }
         }
         out
-    }
-
-    /// Packs columns `kc0..kc0 + kcl` of weight rows `first..first + live` as f64 in the
-    /// microkernels' layout: step `s` holds, for each of the NR outputs, its four lanes
-    /// `w[o][kc0 + 4s + j]`. Outputs past `live` (the last panel of a ragged `n`) are zero.
-    fn pack(
-        &self,
-        wp: &mut [f64],
-        first: usize,
-        live: usize,
-        kc0: usize,
-        kcl: usize,
-        scratch: &mut [f32],
-    ) {
-        for q in 0..NR {
-            if q >= live {
-                for s in 0..kcl / 4 {
-                    wp[s * PANEL_STEP + 4 * q..][..4].fill(0.0);
-                }
-                continue;
-            }
-            let src = self
-                .w
-                .chunk(self.k, self.row0 + first + q, kc0, kcl, scratch);
-            pack_row(self.path, src, wp, q, kcl / 4);
-        }
     }
 }
 

@@ -7,6 +7,45 @@ use super::KernelPath;
 use rayon::prelude::*;
 use std::time::Instant;
 
+/// CPU time of every thread of this process so far, in ns (Linux `/proc/self/task/*/schedstat`),
+/// or `None` where the kernel does not report it.
+pub fn process_cpu_ns() -> Option<u64> {
+    let mut total = 0u64;
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = entry.ok()?.path().join("schedstat");
+        // A thread that exited between the listing and the read has no file: skip it.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
+/// Seconds a run took on the CPUs it used: the process's CPU time divided by the threads that
+/// were busy, capped by the wall time. On a machine shared with other tenants this leaves out
+/// the time slices they took (which wall time counts), so limits and kernels are compared on
+/// the same footing; where CPU time is unavailable it is the wall time.
+pub fn compute_seconds(busy_threads: usize, f: impl FnOnce()) -> f64 {
+    let c0 = process_cpu_ns();
+    let t0 = Instant::now();
+    f();
+    let wall = t0.elapsed().as_secs_f64();
+    match (c0, process_cpu_ns()) {
+        (Some(a), Some(b)) => {
+            wall.min((b.saturating_sub(a)) as f64 * 1e-9 / busy_threads.max(1) as f64)
+        }
+        _ => wall,
+    }
+}
+
+/// The least [`compute_seconds`] of `reps` runs of `f(rep)` on `busy_threads` threads.
+pub fn best_compute_seconds(reps: usize, busy_threads: usize, mut f: impl FnMut(usize)) -> f64 {
+    (0..reps.max(1))
+        .map(|r| compute_seconds(busy_threads, || f(r)))
+        .fold(f64::INFINITY, f64::min)
+        .max(f64::MIN_POSITIVE)
+}
+
 /// Independent accumulators in the peak kernels: more than FMA latency × FMA ports, and few
 /// enough to stay in registers with AVX2's sixteen.
 pub(super) const PEAK_CHAINS: usize = 12;
@@ -86,7 +125,8 @@ fn peak_kernel(path: KernelPath, precision: Precision, iters: u64) -> f64 {
 }
 
 /// Peak FMA GFLOP/s of `path` in `precision` with every rayon thread of the current pool
-/// running the kernel at once: the best of `reps` runs of about `seconds` each.
+/// running the kernel at once: the best of `reps` runs of about `seconds` each, timed by
+/// [`compute_seconds`].
 pub fn fma_peak_gflops(path: KernelPath, precision: Precision, seconds: f64, reps: usize) -> f64 {
     // Calibrate the iteration count on one thread.
     let mut iters = 1u64 << 16;
@@ -100,19 +140,14 @@ pub fn fma_peak_gflops(path: KernelPath, precision: Precision, seconds: f64, rep
         }
         iters *= 4;
     }
-    let mut best = 0f64;
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        let sinks = rayon::broadcast(|_| peak_kernel(path, precision, iters));
-        let dt = t.elapsed().as_secs_f64();
-        std::hint::black_box(sinks);
-        let flops = peak_flops(path, precision, iters) * rayon::current_num_threads() as f64;
-        best = best.max(flops / dt / 1e9);
-    }
-    best
+    let threads = rayon::current_num_threads();
+    let seconds = best_compute_seconds(reps, threads, |_| {
+        std::hint::black_box(rayon::broadcast(|_| peak_kernel(path, precision, iters)));
+    });
+    peak_flops(path, precision, iters) * threads as f64 / seconds / 1e9
 }
 
-/// Memory bandwidth, GB/s (1e9 bytes per second), best of `reps`.
+/// Memory bandwidth, GB/s (1e9 bytes per second), best of `reps` timed by [`compute_seconds`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bandwidth {
     /// Bytes copied per second by a parallel `copy_from_slice` (each byte read once and written
@@ -131,23 +166,20 @@ pub fn bandwidth(bytes: usize, reps: usize) -> Bandwidth {
     let n = bytes / 8;
     let src: Vec<u64> = (0..n as u64).collect();
     let mut dst = vec![0u64; n];
-    let mut copy_best = f64::MAX;
-    let mut read_best = f64::MAX;
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
+    let threads = rayon::current_num_threads();
+    let copy_best = best_compute_seconds(reps, threads, |_| {
         dst.par_chunks_mut(BANDWIDTH_CHUNK / 8)
             .zip(src.par_chunks(BANDWIDTH_CHUNK / 8))
             .for_each(|(d, s)| d.copy_from_slice(s));
-        copy_best = copy_best.min(t.elapsed().as_secs_f64());
         std::hint::black_box(&dst);
-        let t = Instant::now();
+    });
+    let read_best = best_compute_seconds(reps, threads, |_| {
         let sum: u64 = src
             .par_chunks(BANDWIDTH_CHUNK / 8)
             .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
             .reduce(|| 0, u64::wrapping_add);
-        read_best = read_best.min(t.elapsed().as_secs_f64());
         std::hint::black_box(sum);
-    }
+    });
     let b = (n * 8) as f64;
     Bandwidth {
         memcpy_gbs: b / copy_best / 1e9,

@@ -107,6 +107,13 @@ unsafe fn pack_avx2(src: *const f32, wp: *mut f64, q: usize, steps: usize) {
     // SAFETY (whole body): offsets as documented by `pack_row_avx2`.
     unsafe {
         for s in 0..steps {
+            if s % 4 == 0 {
+                // The same row's next chunk (a pack reads 12 rows a chunk at a time, too many
+                // interleaved streams for the hardware prefetcher). A prefetch never faults, so
+                // the address may run past the row; it is formed without `add`'s bounds rule.
+                let ahead = src.wrapping_add(4 * s + super::KC);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            }
             let v = _mm_loadu_ps(src.add(4 * s));
             _mm256_storeu_pd(wp.add(s * PANEL_STEP + 4 * q), _mm256_cvtps_pd(v));
         }

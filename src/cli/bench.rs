@@ -1,0 +1,721 @@
+//! `golden-lens bench`: this machine's limits and the oracle's kernels against them, in one run.
+//!
+//! It measures the FMA peak (register-only kernels, every thread) and memory bandwidth (a
+//! parallel copy and a parallel read), then times every real-dims GEMM shape the oracle runs
+//! (weights as f32, as bf16 blocks and as each quantized expert type, cycled through a pool
+//! several times the last-level cache so they come from memory) and every block type's row
+//! decoder, and prints each one's throughput and its fraction of the limit that binds it. Where
+//! a python with gguf-py exists, its `gguf.quants.dequantize` runs on the same blocks and its
+//! values are checked bit for bit against ours. The last line is the roofline summary scripts
+//! track.
+
+use anyhow::{bail, Context};
+use golden_lens::gguf::quant::rows::{cap_simd_level, simd_level, SimdLevel};
+use golden_lens::gguf::quant::sample::random_blocks;
+use golden_lens::gguf::quant::{block_decoder, reference_block_decoder, BlockDecoder};
+use golden_lens::gguf::GgmlType;
+use golden_lens::model::stored::StoredMatrix;
+use golden_lens::oracle::gemm::roofline::{
+    bandwidth, best_compute_seconds, fma_peak_gflops, Bandwidth, Precision,
+};
+use golden_lens::oracle::gemm::{best_path, gemm, kernel_path_note, WeightRows};
+use rayon::prelude::*;
+use serde_json::json;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct BenchArgs {
+    /// A few shapes and types at small sizes (a smoke run: seconds, numbers not meaningful).
+    #[arg(long)]
+    pub quick: bool,
+    /// Python with gguf-py for the side-by-side dequantization (default: $GOLDEN_LENS_PY, else
+    /// ./.venv/bin/python if present; without one that column is skipped).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// MiB of weights each GEMM cycles through (several times the last-level cache, so every
+    /// repetition reads its weights from memory).
+    #[arg(long, default_value_t = 512)]
+    pub pool_mib: usize,
+    /// Repetitions per measurement; the best is kept (this is a shared, noisy machine).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Write every figure as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Only GEMM shapes whose name or weight type contains this (e.g. `Q2_K`, `wq_b`); the
+    /// dequantization table still runs unless `--gemm-only`.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Skip the dequantization table (and gguf-py).
+    #[arg(long)]
+    pub gemm_only: bool,
+}
+
+/// Seconds the FMA peak kernels run per repetition.
+const PEAK_SECONDS: f64 = 0.25;
+/// Values decoded per dequantization measurement (128 MiB of f32 output).
+const DEQUANT_VALUES: usize = 32 << 20;
+/// Values per rayon task when decoding in parallel (a multiple of every block size).
+const DEQUANT_CHUNK_VALUES: usize = 1 << 16;
+/// Values handed to gguf-py per type (numpy is slow; 32 MiB of output is enough to time).
+const GGUF_PY_VALUES: usize = 8 << 20;
+/// Leading values whose bits are compared with gguf-py's.
+const GGUF_PY_VERIFY_VALUES: usize = 1 << 16;
+/// Buffer of the bandwidth measurements (far above any cache a VM exposes).
+const BANDWIDTH_BYTES: usize = 512 << 20;
+
+/// What a GEMM's weights are.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Weights {
+    /// f32 values in memory (the filler path, f32 parameters).
+    F32,
+    /// A file's blocks of this type (bf16 parameters, quantized experts).
+    Stored(GgmlType),
+}
+
+impl Weights {
+    fn name(self) -> String {
+        match self {
+            Weights::F32 => "f32".into(),
+            Weights::Stored(t) => t.name(),
+        }
+    }
+
+    /// Bytes of an `n × k` weight.
+    fn bytes(self, n: usize, k: usize) -> usize {
+        match self {
+            Weights::F32 => n * k * 4,
+            Weights::Stored(t) => {
+                let (bv, bb, _) = block_decoder(t).expect("benchmarked types decode");
+                n * k / bv * bb
+            }
+        }
+    }
+}
+
+/// One real-dims GEMM of the oracle: `[m, k] × [n, k]^T`.
+struct Shape {
+    what: &'static str,
+    n: usize,
+    k: usize,
+}
+
+/// The dense projections of a V4.1-Flash block at real dims (dim 5120, 64 heads of 512, q rank
+/// 1280, o rank 1024 in 8 groups, indexer 32 heads of 128).
+const ATTN_SHAPES: [Shape; 6] = [
+    Shape {
+        what: "attn.wq_a",
+        n: 1280,
+        k: 5120,
+    },
+    Shape {
+        what: "attn.wq_b",
+        n: 32768,
+        k: 1280,
+    },
+    Shape {
+        what: "attn.wkv",
+        n: 512,
+        k: 5120,
+    },
+    Shape {
+        what: "attn.wo_a (group)",
+        n: 1024,
+        k: 4096,
+    },
+    Shape {
+        what: "attn.wo_b",
+        n: 5120,
+        k: 8192,
+    },
+    Shape {
+        what: "indexer.wq_b",
+        n: 4096,
+        k: 1280,
+    },
+];
+/// f32 parameters: the ratio-r compressor and the router gate (upcast bf16).
+const F32_SHAPES: [Shape; 2] = [
+    Shape {
+        what: "compressor.wkv",
+        n: 512,
+        k: 5120,
+    },
+    Shape {
+        what: "ffn.gate",
+        n: 384,
+        k: 5120,
+    },
+];
+/// An expert's up and down projections (inter 2304).
+const EXPERT_SHAPES: [Shape; 2] = [
+    Shape {
+        what: "expert.w1/w3",
+        n: 2304,
+        k: 5120,
+    },
+    Shape {
+        what: "expert.w2",
+        n: 5120,
+        k: 2304,
+    },
+];
+/// The expert types the antirez layouts and llama.cpp quantizations use.
+const EXPERT_TYPES: [GgmlType; 6] = [
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Iq2Xxs,
+    GgmlType::Mxfp4,
+    GgmlType::Q8_0,
+];
+/// Every decodable type, for the dequantization table.
+const DEQUANT_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::I8,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::Iq2Xxs,
+    GgmlType::Mxfp4,
+];
+/// Token counts: decode, a 16-token prefill, the largest prefill chunk.
+const TOKEN_COUNTS: [usize; 3] = [1, 16, 64];
+
+/// The machine's measured limits.
+struct Limits {
+    f32_gflops: f64,
+    f64_gflops: f64,
+    bw: Bandwidth,
+}
+
+struct GemmRow {
+    what: &'static str,
+    weights: String,
+    m: usize,
+    n: usize,
+    k: usize,
+    bytes: usize,
+    seconds: f64,
+    gflops: f64,
+    limit_gflops: f64,
+    bound: &'static str,
+    of_limit: f64,
+    of_f32_limit: f64,
+}
+
+struct DequantRow {
+    ty: GgmlType,
+    gbs: f64,
+    one_thread_gbs: f64,
+    reference_gbs: f64,
+    baseline_simd_gbs: f64,
+    of_memcpy: f64,
+    gguf_py_gbs: Option<f64>,
+    gguf_py_bit_exact: Option<bool>,
+}
+
+/// bf16-representable inputs of mixed sign.
+fn inputs(len: usize, seed: u64) -> Vec<f32> {
+    (0..len as u64)
+        .map(|i| {
+            let r = golden_lens::num::splitmix64(seed ^ i);
+            golden_lens::num::bf16_round((r >> 40) as f32 / 8_388_608.0 - 1.0)
+        })
+        .collect()
+}
+
+/// A pool of weights of one kind that GEMMs cycle through.
+enum Pool {
+    F32(Vec<f32>),
+    Bytes(GgmlType, Vec<u8>),
+}
+
+impl Pool {
+    fn new(w: Weights, bytes: usize) -> anyhow::Result<Pool> {
+        Ok(match w {
+            Weights::F32 => Pool::F32(inputs(bytes / 4, 7)),
+            Weights::Stored(t) => {
+                let (_, bb, _) = block_decoder(t).context("benchmarked types decode")?;
+                let blocks = random_blocks(t, bytes / bb, 11).context("random blocks")?;
+                Pool::Bytes(t, blocks)
+            }
+        })
+    }
+
+    /// Times one GEMM shape, each repetition on weights at a different place in the pool.
+    fn time(&self, m: usize, n: usize, k: usize, reps: usize) -> anyhow::Result<f64> {
+        let x = inputs(m * k, 3);
+        let threads = rayon::current_num_threads();
+        match self {
+            Pool::F32(p) => {
+                let len = n * k;
+                if len > p.len() {
+                    bail!(
+                        "the pool holds {} values, a {n}x{k} weight needs {len}",
+                        p.len()
+                    );
+                }
+                let slots = (p.len() / len).max(1);
+                Ok(best_compute_seconds(reps, threads, |r| {
+                    let w = &p[(r % slots) * len..(r % slots + 1) * len];
+                    std::hint::black_box(gemm(&x, m, k, WeightRows::F32(w), n, true));
+                }))
+            }
+            Pool::Bytes(t, p) => {
+                let len = Weights::Stored(*t).bytes(n, k);
+                if len > p.len() {
+                    bail!(
+                        "the pool holds {} bytes, a {n}x{k} weight needs {len}",
+                        p.len()
+                    );
+                }
+                let slots = (p.len() / len).max(1);
+                let mats = (0..slots.min(reps.max(1)))
+                    .map(|s| {
+                        let bytes = Cow::Borrowed(&p[s * len..(s + 1) * len]);
+                        StoredMatrix::new("bench", *t, n, k, bytes, true)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(best_compute_seconds(reps, threads, |r| {
+                    let w = WeightRows::Stored(&mats[r % mats.len()]);
+                    std::hint::black_box(gemm(&x, m, k, w, n, true));
+                }))
+            }
+        }
+    }
+}
+
+fn gemm_row(
+    limits: &Limits,
+    pool: &Pool,
+    what: &'static str,
+    w: Weights,
+    (m, n, k): (usize, usize, usize),
+    reps: usize,
+) -> anyhow::Result<GemmRow> {
+    let seconds = pool.time(m, n, k, reps)?;
+    let flops = 2.0 * (m * n * k) as f64;
+    let bytes = w.bytes(n, k) + 4 * m * (k + n);
+    let memory_s = bytes as f64 / (limits.bw.read_gbs * 1e9);
+    let fma_s = flops / (limits.f64_gflops * 1e9);
+    let fma32_s = flops / (limits.f32_gflops * 1e9);
+    let limit_s = memory_s.max(fma_s);
+    Ok(GemmRow {
+        what,
+        weights: w.name(),
+        m,
+        n,
+        k,
+        bytes,
+        seconds,
+        gflops: flops / seconds / 1e9,
+        limit_gflops: flops / limit_s / 1e9,
+        bound: if memory_s >= fma_s {
+            "memory"
+        } else {
+            "f64 FMA"
+        },
+        of_limit: limit_s / seconds,
+        of_f32_limit: memory_s.max(fma32_s) / seconds,
+    })
+}
+
+/// Decodes `bytes` into `out` with `decode`, in parallel chunks or on this thread.
+fn decode_all(decode: BlockDecoder, ty: GgmlType, bytes: &[u8], out: &mut [f32], parallel: bool) {
+    let (bv, bb, _) = block_decoder(ty).expect("benchmarked types decode");
+    let chunk_bytes = DEQUANT_CHUNK_VALUES / bv * bb;
+    if parallel {
+        out.par_chunks_mut(DEQUANT_CHUNK_VALUES)
+            .zip(bytes.par_chunks(chunk_bytes))
+            .for_each(|(o, b)| decode(b, o));
+    } else {
+        decode(bytes, out);
+    }
+}
+
+fn dequant_row(
+    ty: GgmlType,
+    values: usize,
+    reps: usize,
+    limits: &Limits,
+) -> anyhow::Result<(DequantRow, Vec<u8>)> {
+    let (bv, _, fast) = block_decoder(ty).context("decodable type")?;
+    let (_, _, reference) = reference_block_decoder(ty).context("decodable type")?;
+    let blocks = random_blocks(ty, values / bv, 5).context("random blocks")?;
+    let mut out = vec![0f32; values];
+    let gbs = |s: f64| (values * 4) as f64 / s / 1e9;
+    let threads = rayon::current_num_threads();
+    let all = best_compute_seconds(reps, threads, |_| {
+        decode_all(fast, ty, &blocks, &mut out, true)
+    });
+    let one = best_compute_seconds(reps, 1, |_| decode_all(fast, ty, &blocks, &mut out, false));
+    let level = simd_level();
+    cap_simd_level(Some(SimdLevel::Baseline));
+    let baseline =
+        best_compute_seconds(reps, 1, |_| decode_all(fast, ty, &blocks, &mut out, false));
+    cap_simd_level(None);
+    debug_assert_eq!(level, simd_level());
+    let reference_s = best_compute_seconds(reps, 1, |_| {
+        decode_all(reference, ty, &blocks, &mut out, false)
+    });
+    Ok((
+        DequantRow {
+            ty,
+            gbs: gbs(all),
+            one_thread_gbs: gbs(one),
+            reference_gbs: gbs(reference_s),
+            baseline_simd_gbs: gbs(baseline),
+            of_memcpy: gbs(all) / limits.bw.memcpy_gbs,
+            gguf_py_gbs: None,
+            gguf_py_bit_exact: None,
+        },
+        blocks,
+    ))
+}
+
+/// A folder under the system temporary directory, removed when dropped.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new() -> anyhow::Result<ScratchDir> {
+        let p = std::env::temp_dir().join(format!("golden-lens-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(ScratchDir(p))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The python to run gguf-py with, if any.
+fn find_python(arg: &Option<PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = arg {
+        return Some(p.clone());
+    }
+    if let Some(p) = std::env::var_os("GOLDEN_LENS_PY") {
+        return Some(PathBuf::from(p));
+    }
+    let venv = Path::new(".venv/bin/python");
+    venv.exists().then(|| venv.to_path_buf())
+}
+
+/// Runs gguf-py on the first values of each type's blocks; fills in its GB/s and whether its
+/// values equal ours bit for bit.
+fn gguf_py_side(
+    python: &Path,
+    rows: &mut [DequantRow],
+    blocks: &[Vec<u8>],
+    values: usize,
+) -> anyhow::Result<()> {
+    let dir = ScratchDir::new()?;
+    let mut manifest = Vec::new();
+    for (row, b) in rows.iter().zip(blocks) {
+        if matches!(row.ty, GgmlType::F32 | GgmlType::I8) {
+            continue; // gguf-py has no decoder for these (F32 is a view, I8 unsupported)
+        }
+        let (bv, bb, _) = block_decoder(row.ty).context("decodable type")?;
+        let n = values.min(b.len() / bb * bv);
+        let path = dir.path().join(format!("{}.bin", row.ty.name()));
+        std::fs::write(&path, &b[..n / bv * bb])
+            .with_context(|| format!("writing {}", path.display()))?;
+        manifest.push(json!({
+            "type": row.ty.name(),
+            "path": path,
+            "values": n,
+            "verify_values": GGUF_PY_VERIFY_VALUES.min(n),
+            "verify_path": dir.path().join(format!("{}.f32", row.ty.name())),
+        }));
+    }
+    let manifest_path = dir.path().join("manifest.json");
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest)?)?;
+    let out_path = dir.path().join("out.json");
+    let script = dir.path().join("gguf_py_dequant.py");
+    std::fs::write(&script, include_str!("../../benches/gguf_py_dequant.py"))?;
+    let o = std::process::Command::new(python)
+        .arg(&script)
+        .arg(&manifest_path)
+        .arg(&out_path)
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    if !o.status.success() {
+        bail!(
+            "{} {}: {}",
+            python.display(),
+            script.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path)?)?;
+    for (row, b) in rows.iter_mut().zip(blocks) {
+        let Some(r) = results.get(row.ty.name()) else {
+            continue;
+        };
+        let (Some(s), Some(n)) = (r["seconds"].as_f64(), r["values"].as_u64()) else {
+            bail!(
+                "gguf-py result for {} lacks seconds/values: {r}",
+                row.ty.name()
+            );
+        };
+        row.gguf_py_gbs = Some(n as f64 * 4.0 / s / 1e9);
+        let theirs = std::fs::read(dir.path().join(format!("{}.f32", row.ty.name())))?;
+        let (bv, bb, fast) = block_decoder(row.ty).context("decodable type")?;
+        let nv = theirs.len() / 4;
+        let mut ours = vec![0f32; nv.div_ceil(bv) * bv];
+        fast(&b[..ours.len() / bv * bb], &mut ours);
+        let same = theirs
+            .chunks_exact(4)
+            .zip(&ours)
+            .all(|(t, o)| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == o.to_bits());
+        row.gguf_py_bit_exact = Some(same);
+    }
+    Ok(())
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let threads = rayon::current_num_threads();
+    let (reps, pool_bytes) = if args.quick {
+        (1, 16 << 20)
+    } else {
+        (args.reps, args.pool_mib << 20)
+    };
+    println!(
+        "golden-lens bench: {threads} rayon threads; {}",
+        kernel_path_note()
+    );
+    let path = best_path();
+    let peak_s = if args.quick { 0.01 } else { PEAK_SECONDS };
+    let limits = Limits {
+        f32_gflops: fma_peak_gflops(path, Precision::F32, peak_s, reps.max(2)),
+        f64_gflops: fma_peak_gflops(path, Precision::F64, peak_s, reps.max(2)),
+        bw: bandwidth(
+            if args.quick {
+                16 << 20
+            } else {
+                BANDWIDTH_BYTES
+            },
+            reps.max(2),
+        ),
+    };
+    println!(
+        "FMA peak ({} registers only, all threads): f32 {:.1} GFLOP/s, f64 {:.1} GFLOP/s",
+        path.name(),
+        limits.f32_gflops,
+        limits.f64_gflops
+    );
+    println!(
+        "memory: read {:.2} GB/s, memcpy {:.2} GB/s (bytes copied per second)",
+        limits.bw.read_gbs, limits.bw.memcpy_gbs
+    );
+
+    // GEMMs.
+    let mut plan: Vec<(Weights, &'static str, usize, usize)> = Vec::new();
+    for s in &ATTN_SHAPES {
+        plan.push((Weights::Stored(GgmlType::Bf16), s.what, s.n, s.k));
+    }
+    for s in &F32_SHAPES {
+        plan.push((Weights::F32, s.what, s.n, s.k));
+    }
+    for t in EXPERT_TYPES {
+        for s in &EXPERT_SHAPES {
+            plan.push((Weights::Stored(t), s.what, s.n, s.k));
+        }
+    }
+    if args.quick {
+        plan.retain(|(w, what, _, _)| {
+            *what == "attn.wkv" || (*w == Weights::Stored(GgmlType::Q2K) && *what == "expert.w2")
+        });
+    }
+    if let Some(only) = &args.only {
+        plan.retain(|(w, what, _, _)| what.contains(only.as_str()) || w.name() == *only);
+    }
+    let tokens: &[usize] = if args.quick { &[1, 16] } else { &TOKEN_COUNTS };
+    println!();
+    println!("GEMM (real dims; limit = min(f64 FMA peak, read bandwidth x FLOP per byte), the f64 peak because the oracle's bits are an f64 reduction; 'f32 lim' uses the f32 peak instead)");
+    println!(
+        "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>8}",
+        "shape",
+        "weights",
+        "m",
+        "n",
+        "k",
+        "MB",
+        "ms",
+        "GFLOP/s",
+        "limit",
+        "bound",
+        "of lim",
+        "f32 lim"
+    );
+    let mut gemm_rows = Vec::new();
+    let mut kinds: Vec<Weights> = plan.iter().map(|p| p.0).collect();
+    kinds.dedup();
+    for kind in kinds {
+        let pool = Pool::new(kind, pool_bytes)?;
+        for &(w, what, n, k) in plan.iter().filter(|p| p.0 == kind) {
+            for &m in tokens {
+                let row = gemm_row(&limits, &pool, what, w, (m, n, k), reps)?;
+                println!(
+                    "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9.1} {:>9.3} {:>8.1} {:>8.1} {:>8} {:>6.0}% {:>7.0}%",
+                    row.what,
+                    row.weights,
+                    row.m,
+                    row.n,
+                    row.k,
+                    row.bytes as f64 / 1e6,
+                    row.seconds * 1e3,
+                    row.gflops,
+                    row.limit_gflops,
+                    row.bound,
+                    100.0 * row.of_limit,
+                    100.0 * row.of_f32_limit
+                );
+                gemm_rows.push(row);
+            }
+        }
+    }
+
+    // Dequantization.
+    let values = if args.quick { 1 << 20 } else { DEQUANT_VALUES };
+    let types: &[GgmlType] = if args.gemm_only { &[] } else { &DEQUANT_TYPES };
+    println!();
+    println!("dequantization ({} values per type, GB/s of f32 output; decoders at {}; 'x ref' is the fast decoder on one thread over the one-block reference decoder)", values, simd_level().name());
+    let mut dq_rows = Vec::new();
+    let mut dq_blocks = Vec::new();
+    for &ty in types {
+        let (row, blocks) = dequant_row(ty, values, reps, &limits)?;
+        dq_rows.push(row);
+        dq_blocks.push(blocks);
+    }
+    let python = if args.gemm_only {
+        None
+    } else {
+        find_python(&args.python)
+    };
+    let py_note = match &python {
+        Some(p) => match gguf_py_side(p, &mut dq_rows, &dq_blocks, GGUF_PY_VALUES.min(values)) {
+            Ok(()) => format!("gguf-py: {} (numpy, one thread)", p.display()),
+            Err(e) => format!("gguf-py skipped: {e:#}"),
+        },
+        None => "gguf-py skipped: no python (pass --python or set GOLDEN_LENS_PY)".into(),
+    };
+    println!("{py_note}");
+    println!(
+        "{:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>6}",
+        "type",
+        "GB/s",
+        "memcpy",
+        "1 thread",
+        "baseline",
+        "ref",
+        "x ref",
+        "gguf-py",
+        "x gguf-py",
+        "bits"
+    );
+    for r in &dq_rows {
+        let py = r.gguf_py_gbs.map_or("-".to_string(), |g| format!("{g:.3}"));
+        let ratio = r
+            .gguf_py_gbs
+            .map_or("-".to_string(), |g| format!("{:.1}", r.one_thread_gbs / g));
+        let bits = match r.gguf_py_bit_exact {
+            Some(true) => "equal",
+            Some(false) => "DIFFER",
+            None => "-",
+        };
+        println!(
+            "{:<8} {:>9.2} {:>7.0}% {:>9.2} {:>9.2} {:>9.2} {:>7.1} {:>9} {:>9} {:>6}",
+            r.ty.name(),
+            r.gbs,
+            100.0 * r.of_memcpy,
+            r.one_thread_gbs,
+            r.baseline_simd_gbs,
+            r.reference_gbs,
+            r.one_thread_gbs / r.reference_gbs,
+            py,
+            ratio,
+            bits
+        );
+    }
+    if dq_rows.iter().any(|r| r.gguf_py_bit_exact == Some(false)) {
+        bail!("a decoder disagrees with gguf-py (row marked DIFFER)");
+    }
+
+    let worst_gemm = gemm_rows
+        .iter()
+        .map(|r| r.of_limit)
+        .fold(f64::INFINITY, f64::min);
+    let worst_gemm_f32 = gemm_rows
+        .iter()
+        .map(|r| r.of_f32_limit)
+        .fold(f64::INFINITY, f64::min);
+    let worst_dq = dq_rows
+        .iter()
+        .map(|r| r.of_memcpy)
+        .fold(f64::INFINITY, f64::min);
+    let vs_py = dq_rows
+        .iter()
+        .filter_map(|r| r.gguf_py_gbs.map(|g| r.one_thread_gbs / g))
+        .fold(f64::INFINITY, f64::min);
+    if let Some(path) = &args.json {
+        let v = json!({
+            "threads": threads,
+            "kernels": kernel_path_note(),
+            "fma_peak_gflops": {"f32": limits.f32_gflops, "f64": limits.f64_gflops},
+            "bandwidth_gbs": {"read": limits.bw.read_gbs, "memcpy": limits.bw.memcpy_gbs},
+            "gemm": gemm_rows.iter().map(|r| json!({
+                "shape": r.what, "weights": r.weights, "m": r.m, "n": r.n, "k": r.k,
+                "bytes": r.bytes, "seconds": r.seconds, "gflops": r.gflops,
+                "limit_gflops": r.limit_gflops, "bound": r.bound, "of_limit": r.of_limit,
+                "of_f32_limit": r.of_f32_limit,
+            })).collect::<Vec<_>>(),
+            "dequant": dq_rows.iter().map(|r| json!({
+                "type": r.ty.name(), "gbs": r.gbs, "one_thread_gbs": r.one_thread_gbs,
+                "baseline_simd_gbs": r.baseline_simd_gbs, "reference_gbs": r.reference_gbs,
+                "of_memcpy": r.of_memcpy, "gguf_py_gbs": r.gguf_py_gbs,
+                "gguf_py_bit_exact": r.gguf_py_bit_exact,
+            })).collect::<Vec<_>>(),
+            "gguf_py": py_note,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&v)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!();
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{:.0}%", 100.0 * v)
+        } else {
+            "n/a".into()
+        }
+    };
+    println!(
+        "worst GEMM against the f32 FMA peak instead: {} of its limit",
+        pct(worst_gemm_f32)
+    );
+    let py = if vs_py.is_finite() {
+        format!("{vs_py:.1}")
+    } else {
+        "n/a".into()
+    };
+    println!(
+        "roofline: worst GEMM {} of its limit, worst dequant {} of memcpy, dequant vs gguf-py {py} x",
+        pct(worst_gemm),
+        pct(worst_dq)
+    );
+    Ok(ExitCode::SUCCESS)
+}
