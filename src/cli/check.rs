@@ -372,9 +372,12 @@ fn run_gpu(
             gpu.dispatch_count(),
             gpu.run_seconds
         );
-        let ok = print_report(&report, args, None)?;
         let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
         let failing = super::kernels::report_rows(&report);
+        let note = failing
+            .first()
+            .and_then(|row| super::kernels::writer_note(&gpu, *row, &regimes));
+        let ok = print_report_noting(&report, args, None, note)?;
         super::kernels::print_provenance(&gpu, &failing, &regimes);
         let profile = super::kernels::print_profile(&mut gpu);
         if let Some(path) = &args.json {
@@ -405,6 +408,7 @@ fn run_gpu(
     let total_s = t0.elapsed().as_secs_f64();
     let multi = record.multi();
     let mut ok = true;
+    let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
     for (i, report) in multi.golden.iter().enumerate() {
         println!(
             "== {} against the golden ({} mode) ==",
@@ -413,7 +417,12 @@ fn run_gpu(
         );
         println!("golden:  {}", report.golden_source);
         let triage = multi.triage_golden.get(i).map(|(_, l)| l.as_slice());
-        ok &= print_report(report, args, triage)?;
+        // Backend 1 is the GPU: its first failure names the kernel behind it.
+        let note = (i == 1)
+            .then(|| super::kernels::report_rows(report).into_iter().next())
+            .flatten()
+            .and_then(|row| super::kernels::writer_note(&gpu, row, &regimes));
+        ok &= print_report_noting(report, args, triage, note)?;
         println!("{}", summary_line(report));
     }
     println!("== gpu against the cpu oracle (GPU policy; {ties}) ==");
@@ -456,9 +465,19 @@ fn run_gpu(
         c.compared, c.within_policy, c.bit_exact, c.tie_flips, c.failed, c.missing
     );
     if let Some(f) = multi.first_cross_failure(0) {
-        println!("first gpu divergence: {} {} ({})", f.regime, f.name, f.step);
+        let note = super::kernels::writer_note(
+            &gpu,
+            (f.regime.as_str(), f.name.as_str(), &f.cmp),
+            &regimes,
+        );
+        println!(
+            "first gpu divergence: {} {} ({}){}",
+            f.regime,
+            f.name,
+            f.step,
+            note.unwrap_or_default()
+        );
     }
-    let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
     let mut failing = multi
         .golden
         .get(1)
@@ -557,6 +576,17 @@ pub(super) fn print_report(
     args: &CheckArgs,
     triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
 ) -> anyhow::Result<bool> {
+    print_report_noting(report, args, triage, None)
+}
+
+/// [`print_report`] with `first_note` appended to the first failure line (the GPU backend's
+/// kernel, workgroup and invocation behind the worst element).
+pub(super) fn print_report_noting(
+    report: &session::Report,
+    args: &CheckArgs,
+    triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
+    first_note: Option<String>,
+) -> anyhow::Result<bool> {
     println!(
         "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9} {:>10} {:>8}  verdict",
         "regime", "capture", "kind", "max_abs_err", "tol", "ratio", "budget", "err/bud"
@@ -643,7 +673,13 @@ pub(super) fn print_report(
         );
     }
     if let Some(f) = report.first_failure() {
-        println!("first failure: {} {} ({})", f.regime, f.name, f.step);
+        println!(
+            "first failure: {} {} ({}){}",
+            f.regime,
+            f.name,
+            f.step,
+            first_note.unwrap_or_default()
+        );
     }
     Ok(report.ok())
 }

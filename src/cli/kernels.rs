@@ -170,15 +170,39 @@ fn writers<'a>(
 #[cfg(feature = "gpu")]
 const PROVENANCE_ROWS: usize = 8;
 
+/// ` written by `FILE:LINE ENTRY` workgroup (..), invocation (..) [FAMILY::ENTRY in FILE]`: the
+/// write whose value the worst element of a failing capture holds, for its failure line.
+#[cfg(feature = "gpu")]
+pub fn writer_note(
+    gpu: &golden_lens::gpu::GpuBackend,
+    row: FailingRow<'_>,
+    regimes: &[String],
+) -> Option<String> {
+    let (_, ws) = writers(gpu, &[row], regimes, 1).pop()?;
+    ws.first().map(describe)
+}
+
+#[cfg(feature = "gpu")]
+fn describe(w: &golden_lens::gpu::provenance::Writer) -> String {
+    use golden_lens::gpu::provenance::Writer;
+    match w {
+        Writer::Kernel { dispatch, .. } => format!(
+            " written by {w} [{}::{} in {}]",
+            dispatch.family, dispatch.entry, dispatch.file
+        ),
+        Writer::Host { .. } => format!(" written by {w}"),
+    }
+}
+
 /// Print, for the first failing GPU captures, the kernel (family, entry point, WGSL file and
-/// line), workgroup and invocation that wrote the worst element.
+/// line), workgroup and invocation that wrote the worst element, then the earlier writes of
+/// that element (in-place kernels after their producer).
 #[cfg(feature = "gpu")]
 pub fn print_provenance(
     gpu: &golden_lens::gpu::GpuBackend,
     rows: &[FailingRow<'_>],
     regimes: &[String],
 ) {
-    use golden_lens::gpu::provenance::Writer;
     for ((regime, name, cmp), ws) in writers(gpu, rows, regimes, PROVENANCE_ROWS) {
         let at = if cmp.max_abs_err_multi_index.is_empty() {
             String::new()
@@ -188,14 +212,7 @@ pub fn print_provenance(
         match ws.split_first() {
             None => println!("{regime:<10} {name}{at}: no kernel recorded"),
             Some((last, earlier)) => {
-                let kernel = match last {
-                    Writer::Kernel { dispatch, .. } => format!(
-                        " [{}::{} in {}]",
-                        dispatch.family, dispatch.entry, dispatch.file
-                    ),
-                    Writer::Host { .. } => String::new(),
-                };
-                println!("{regime:<10} {name}{at} written by {last}{kernel}");
+                println!("{regime:<10} {name}{at}{}", describe(last));
                 for wr in earlier {
                     println!("{:<10} {:width$}  after {wr}", "", "", width = name.len());
                 }
