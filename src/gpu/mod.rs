@@ -20,6 +20,7 @@ pub mod rope;
 pub mod rows;
 pub mod settings;
 pub mod shaders;
+pub mod watch;
 
 pub use backend::{GpuBackend, GpuOptions};
 pub use context::{

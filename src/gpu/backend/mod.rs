@@ -90,6 +90,8 @@ pub struct GpuBackend {
     provenance: Vec<HashMap<String, CaptureProvenance>>,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
+    /// The kernel families each step dispatched, over every forward so far.
+    kernel_use: std::collections::BTreeMap<Step, std::collections::BTreeSet<&'static str>>,
     /// Blocks a forward runs (`--layers A-B`); `None` runs every block.
     layer_range: Option<LayerRange>,
     /// Largest row chunk of the LM head uploaded at once, in f32 bytes (see
@@ -164,6 +166,7 @@ impl GpuBackend {
             pins: Pins::default(),
             provenance: Vec::new(),
             run_seconds: 0.0,
+            kernel_use: Default::default(),
             layer_range: None,
             head_chunk_bytes: crate::model::weights::ROW_CHUNK_BYTES,
         })
@@ -211,6 +214,25 @@ impl GpuBackend {
     /// [`GpuBackend::provenance`] in forward `forward` (0 = the first `begin` since creation).
     pub fn provenance_in(&self, forward: usize, name: &str) -> Option<&CaptureProvenance> {
         self.provenance.get(forward).and_then(|m| m.get(name))
+    }
+
+    /// The kernel families `step` dispatched in the forwards run so far.
+    pub fn kernels_of(&self, step: Step) -> Vec<&'static str> {
+        self.kernel_use
+            .get(&step)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The first step, in forward order, that dispatched one of `families` in the forwards run
+    /// so far: a re-check after an edit of those kernels can keep every result before it.
+    /// `None` when no step used them (or nothing has run yet).
+    pub fn first_step_using(&self, families: &[&str]) -> Option<Step> {
+        self.steps().into_iter().find(|s| {
+            self.kernel_use
+                .get(s)
+                .is_some_and(|used| used.iter().any(|f| families.contains(f)))
+        })
     }
 
     /// Time every dispatch from now on (`check --profile`).
@@ -282,6 +304,7 @@ impl Backend for GpuBackend {
         let t0 = std::time::Instant::now();
         self.slots.clear();
         self.gpu.set_profile_step(&step.to_string());
+        let before = self.gpu.family_dispatches.clone();
         let r = match step {
             Step::EngramHash => self.step_engram_hash(step),
             Step::Embed => self.step_embed(step),
@@ -292,6 +315,12 @@ impl Backend for GpuBackend {
         };
         let r = r.and_then(|()| self.finish(step, sink));
         self.run_seconds += t0.elapsed().as_secs_f64();
+        let used = self.kernel_use.entry(step).or_default();
+        for (fam, n) in &self.gpu.family_dispatches {
+            if before.get(fam) != Some(n) {
+                used.insert(fam);
+            }
+        }
         r
     }
 

@@ -82,6 +82,8 @@ pub struct Gpu {
     pending_dispatches: usize,
     /// Kernel dispatches since creation (reports).
     pub dispatch_count: u64,
+    /// Dispatches since creation per kernel family (which steps use which kernels).
+    pub family_dispatches: HashMap<&'static str, u64>,
     /// Largest chunk of a chunked weight, in bytes: the adapter's binding limit, or less when a
     /// test forces chunking on small tensors.
     pub max_chunk_bytes: u64,
@@ -140,6 +142,7 @@ impl Gpu {
             encoder: None,
             pending_dispatches: 0,
             dispatch_count: 0,
+            family_dispatches: HashMap::new(),
         }
     }
 
@@ -504,6 +507,7 @@ impl Gpu {
             pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         }
         self.dispatch_count += 1;
+        *self.family_dispatches.entry(fam.name).or_default() += 1;
         self.pending_dispatches += 1;
         if timed {
             let bytes = bufs.iter().map(|b| b.bytes()).sum::<u64>() + params_bytes.len() as u64;
