@@ -8,7 +8,7 @@
 use golden_lens::golden::Golden;
 use golden_lens::gpu::provenance::{Invocation, Writer};
 use golden_lens::gpu::{test_context, GpuBackend, GpuOptions, Injection};
-use golden_lens::model::{Backend, Capture, CaptureValues, FillerSource, WeightSource};
+use golden_lens::model::{Backend, Capture, CaptureValues, FillerSource, Step, WeightSource};
 use golden_lens::session;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -233,4 +233,39 @@ fn every_capture_of_a_clean_run_names_the_dispatches_behind_it() {
     let sa_o = gpu.provenance("L0.sa_o").expect("sa_o");
     let w = sa_o.writer_of(0).expect("written");
     assert!(w.to_string().starts_with("`attn.wgsl:"), "{w}");
+}
+
+#[test]
+fn the_first_step_using_a_kernel_is_where_a_reload_of_it_reruns_from() {
+    let g = golden();
+    let Some((caps, gpu)) = first_regime("prov_first_step", &g, None) else {
+        return;
+    };
+    let steps = gpu.steps();
+    // Every step's own kernels are first used at or before it, and each family's first step
+    // dispatched it.
+    for &s in &steps {
+        let used = gpu.kernels_of(s);
+        if used.is_empty() {
+            continue;
+        }
+        let first = gpu.first_step_using(&used).expect("used somewhere");
+        assert!(first <= s, "{s}: {used:?} first used at {first}");
+        for fam in used {
+            let f = gpu.first_step_using(&[fam]).expect("used");
+            assert!(gpu.kernels_of(f).contains(&fam), "{fam} at {f}");
+            assert!(
+                steps
+                    .iter()
+                    .take_while(|&&t| t != f)
+                    .all(|&t| !gpu.kernels_of(t).contains(&fam)),
+                "{fam}: no step before {f} used it"
+            );
+        }
+    }
+    // The first capture the rope kernel writes is in the step its first use names.
+    let rope = gpu.first_step_using(&["rope"]).expect("rope runs");
+    assert_eq!(rope, Step::Block(0));
+    assert!(caps.contains_key("L0.sa_q"));
+    assert!(gpu.first_step_using(&["no_such_family"]).is_none());
 }

@@ -372,7 +372,14 @@ fn run_gpu(
             gpu.dispatch_count(),
             gpu.run_seconds
         );
-        let ok = print_report(&report, args, None)?;
+        let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
+        let failing = super::kernels::report_rows(&report);
+        let note = failing
+            .first()
+            .and_then(|row| super::kernels::writer_note(&gpu, *row, &regimes));
+        let ok = print_report_noting(&report, args, None, note)?;
+        super::kernels::print_provenance(&gpu, &failing, &regimes);
+        let profile = super::kernels::print_profile(&mut gpu);
         if let Some(path) = &args.json {
             let doc = json!({
                 "adapter": adapter,
@@ -380,6 +387,8 @@ fn run_gpu(
                 "ok": ok,
                 "backends": [report.to_json()],
                 "cross": [],
+                "kernels": super::kernels::provenance_json(&gpu, &failing, &regimes),
+                "profile": profile,
             });
             write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
             println!("report written to {}", path.display());
@@ -399,6 +408,7 @@ fn run_gpu(
     let total_s = t0.elapsed().as_secs_f64();
     let multi = record.multi();
     let mut ok = true;
+    let regimes: Vec<String> = golden.regimes.iter().map(|r| r.name.clone()).collect();
     for (i, report) in multi.golden.iter().enumerate() {
         println!(
             "== {} against the golden ({} mode) ==",
@@ -407,7 +417,12 @@ fn run_gpu(
         );
         println!("golden:  {}", report.golden_source);
         let triage = multi.triage_golden.get(i).map(|(_, l)| l.as_slice());
-        ok &= print_report(report, args, triage)?;
+        // Backend 1 is the GPU: its first failure names the kernel behind it.
+        let note = (i == 1)
+            .then(|| super::kernels::report_rows(report).into_iter().next())
+            .flatten()
+            .and_then(|row| super::kernels::writer_note(&gpu, row, &regimes));
+        ok &= print_report_noting(report, args, triage, note)?;
         println!("{}", summary_line(report));
     }
     println!("== gpu against the cpu oracle (GPU policy; {ties}) ==");
@@ -450,8 +465,29 @@ fn run_gpu(
         c.compared, c.within_policy, c.bit_exact, c.tie_flips, c.failed, c.missing
     );
     if let Some(f) = multi.first_cross_failure(0) {
-        println!("first gpu divergence: {} {} ({})", f.regime, f.name, f.step);
+        let note = super::kernels::writer_note(
+            &gpu,
+            (f.regime.as_str(), f.name.as_str(), &f.cmp),
+            &regimes,
+        );
+        println!(
+            "first gpu divergence: {} {} ({}){}",
+            f.regime,
+            f.name,
+            f.step,
+            note.unwrap_or_default()
+        );
     }
+    let mut failing = multi
+        .golden
+        .get(1)
+        .map(super::kernels::report_rows)
+        .unwrap_or_default();
+    if let Some((_, rows)) = multi.cross.first() {
+        failing.extend(super::kernels::cross_rows(rows));
+    }
+    super::kernels::print_provenance(&gpu, &failing, &regimes);
+    let profile = super::kernels::print_profile(&mut gpu);
     println!(
         "gpu: {} dispatches, {:.3} s in gpu steps, {:.3} s lockstep total",
         gpu.dispatch_count(),
@@ -472,6 +508,8 @@ fn run_gpu(
             "ok": ok,
             "backends": (0..record.backends.len()).map(|i| report_json(&record, i)).collect::<Vec<_>>(),
             "cross": (0..multi.cross.len()).map(|i| cross_json(&multi, i)).collect::<Vec<_>>(),
+            "kernels": super::kernels::provenance_json(&gpu, &failing, &regimes),
+            "profile": profile,
         });
         write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!("report written to {}", path.display());
@@ -537,6 +575,17 @@ pub(super) fn print_report(
     report: &session::Report,
     args: &CheckArgs,
     triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
+) -> anyhow::Result<bool> {
+    print_report_noting(report, args, triage, None)
+}
+
+/// [`print_report`] with `first_note` appended to the first failure line (the GPU backend's
+/// kernel, workgroup and invocation behind the worst element).
+pub(super) fn print_report_noting(
+    report: &session::Report,
+    args: &CheckArgs,
+    triage: Option<&[(String, golden_lens::session::triage::TopkTriage)]>,
+    first_note: Option<String>,
 ) -> anyhow::Result<bool> {
     println!(
         "{:<10} {:<28} {:<6} {:>12} {:>12} {:>9} {:>10} {:>8}  verdict",
@@ -624,7 +673,13 @@ pub(super) fn print_report(
         );
     }
     if let Some(f) = report.first_failure() {
-        println!("first failure: {} {} ({})", f.regime, f.name, f.step);
+        println!(
+            "first failure: {} {} ({}){}",
+            f.regime,
+            f.name,
+            f.step,
+            first_note.unwrap_or_default()
+        );
     }
     Ok(report.ok())
 }

@@ -7,6 +7,7 @@ pub mod gguf;
 pub mod golden;
 pub mod goldenless;
 pub mod gui;
+pub mod kernels;
 pub mod localize;
 pub mod model;
 pub mod selftest;
@@ -23,6 +24,8 @@ use std::process::ExitCode;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    #[command(flatten)]
+    pub gpu: kernels::GpuArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -44,13 +47,18 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
     /// Per step: input, chained and local error and the gain; names the first local divergence.
     Localize(localize::LocalizeArgs),
+    /// Export or check the WGSL kernels (`--shaders DIR` runs them).
+    #[command(subcommand)]
+    Shaders(kernels::ShadersCmd),
     /// This machine's FMA peak and memory bandwidth, and the oracle's GEMMs and decoders
     /// against them; the last line is the roofline summary.
     Bench(bench::BenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    cli.gpu.apply()?;
     match cli.command {
+        Some(Command::Shaders(cmd)) => kernels::run(cmd),
         Some(Command::Golden(cmd)) => golden::run(cmd),
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Captures(cmd)) => captures::run(cmd),

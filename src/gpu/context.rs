@@ -378,9 +378,14 @@ fn enumerate(choice: &AdapterChoice) -> (wgpu::Instance, Vec<wgpu::Adapter>) {
 }
 
 impl GpuContext {
-    /// The best adapter the environment admits ([`AdapterChoice::from_env`]).
+    /// The best adapter the run's choice admits: `--adapter` ([`super::settings`]) where the
+    /// command line gave one, else the environment's ([`AdapterChoice::from_env`]).
     pub fn new() -> Result<GpuContext, GpuError> {
-        GpuContext::with_choice(&AdapterChoice::from_env())
+        let choice = super::settings::current()
+            .adapter
+            .map(AdapterChoice::or_env)
+            .unwrap_or_else(AdapterChoice::from_env);
+        GpuContext::with_choice(&choice)
     }
 
     /// The best adapter `choice` admits that can run the kernels, with a device on its own

@@ -18,7 +18,9 @@ pub mod provenance;
 pub mod quant;
 pub mod rope;
 pub mod rows;
+pub mod settings;
 pub mod shaders;
+pub mod watch;
 
 pub use backend::{GpuBackend, GpuOptions};
 pub use context::{

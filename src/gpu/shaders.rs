@@ -78,7 +78,7 @@ pub enum ShaderError {
         line: u32,
         column: u32,
         message: String,
-        /// naga's own rendering, with the source line and a caret.
+        /// The one-line form, then the file's offending line with a caret.
         rendered: String,
     },
     /// The WGSL parsed but does not validate.
@@ -353,14 +353,28 @@ impl ShaderSet {
                 None => (file.display_name(), 1, 1),
             }
         };
+        // naga renders against the concatenated source, whose line numbers are not the file's:
+        // the rendering shows the file's own line instead.
+        let snippet = |f: &str, line: u32, column: u32| {
+            let text = if f == file.display_name() {
+                &file.text
+            } else {
+                &self.common.text
+            };
+            source_snippet(text, line, column)
+        };
         let module = naga::front::wgsl::parse_str(&full).map_err(|e| {
             let (f, line, column) = locate(e.location(&full));
+            let message = e.message().to_string();
             ShaderError::Parse {
-                rendered: e.emit_to_string_with_path(&full, &f),
+                rendered: format!(
+                    "{f}:{line}:{column}: {message}\n{}",
+                    snippet(&f, line, column)
+                ),
                 file: f,
                 line,
                 column,
-                message: e.message().to_string(),
+                message,
             }
         })?;
         let mut v = naga::valid::Validator::new(
@@ -369,16 +383,36 @@ impl ShaderSet {
         );
         v.validate(&module).map_err(|e| {
             let (f, line, column) = locate(e.location(&full));
+            let message = e.as_inner().to_string();
             ShaderError::Validate {
-                rendered: e.emit_to_string_with_path(&full, &f),
+                rendered: format!(
+                    "{f}:{line}:{column}: {message}\n{}",
+                    snippet(&f, line, column)
+                ),
                 file: f,
                 line,
                 column,
-                message: e.as_inner().to_string(),
+                message,
             }
         })?;
         Ok(module)
     }
+}
+
+/// Line `line` (1-based) of `text` and a caret under column `column`, for an error message.
+fn source_snippet(text: &str, line: u32, column: u32) -> String {
+    let Some(src) = text.lines().nth(line.saturating_sub(1) as usize) else {
+        return String::new();
+    };
+    let gutter = line.to_string();
+    let pad = " ".repeat(gutter.len());
+    // Columns count characters; tabs keep their width in the caret line.
+    let lead: String = src
+        .chars()
+        .take(column.saturating_sub(1) as usize)
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    format!("{pad} |\n{gutter} | {src}\n{pad} | {lead}^")
 }
 
 fn show_bindings(b: &[(u32, Access)]) -> String {
@@ -492,6 +526,13 @@ mod tests {
             e.to_string()
                 .starts_with(&format!("/tmp/x/rope.wgsl:{line}:")),
             "{e}"
+        );
+        // The rendering quotes the file's own line, not the concatenated source's.
+        let shown = e.rendered();
+        assert!(shown.starts_with(&e.to_string()), "{shown}");
+        assert!(
+            shown.contains(&format!("{line} | fn rope((")),
+            "the edited line is quoted: {shown}"
         );
     }
 

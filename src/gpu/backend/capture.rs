@@ -86,7 +86,9 @@ impl GpuBackend {
         self.perturb(step, &name, t, off, n, dtype == CaptureDtype::Int)?;
         let pending = self.gpu.capture(t, off, n).map_err(berr(step))?;
         let history = self.gpu.provenance(t, off, n);
-        self.provenance.insert(name.clone(), history);
+        if let Some(m) = self.provenance.last_mut() {
+            m.insert(name.clone(), history);
+        }
         self.slots.push(Slot::Device {
             name,
             shape,

@@ -86,10 +86,12 @@ pub struct GpuBackend {
     current: HashMap<String, Vec<f32>>,
     /// Selections forced for the current forward (counterfactual pinning).
     pins: Pins,
-    /// The dispatches behind each capture of the current forward (kernel provenance).
-    provenance: HashMap<String, CaptureProvenance>,
+    /// The dispatches behind each capture, per forward since creation (kernel provenance).
+    provenance: Vec<HashMap<String, CaptureProvenance>>,
     /// Seconds spent in `run`, per step kind (reports).
     pub run_seconds: f64,
+    /// The kernel families each step dispatched, over every forward so far.
+    kernel_use: std::collections::BTreeMap<Step, std::collections::BTreeSet<&'static str>>,
     /// Blocks a forward runs (`--layers A-B`); `None` runs every block.
     layer_range: Option<LayerRange>,
     /// Largest row chunk of the LM head uploaded at once, in f32 bytes (see
@@ -120,7 +122,14 @@ impl GpuBackend {
         engram: Option<EngramTables>,
         opts: GpuOptions,
     ) -> Result<GpuBackend, GpuError> {
-        let mut gpu = Gpu::new(ctx);
+        let defaults = super::settings::current();
+        let mut gpu = match defaults.shaders {
+            Some(set) => Gpu::with_shaders(ctx, set),
+            None => Gpu::new(ctx),
+        };
+        if defaults.profile {
+            gpu.start_profiling();
+        }
         let ropes = RopeTables::new(&cfg);
         if cfg.hc_mult > super::hc::MAX_HC {
             return Err(super::guard(
@@ -155,8 +164,9 @@ impl GpuBackend {
             previous: HashMap::new(),
             current: HashMap::new(),
             pins: Pins::default(),
-            provenance: HashMap::new(),
+            provenance: Vec::new(),
             run_seconds: 0.0,
+            kernel_use: Default::default(),
             layer_range: None,
             head_chunk_bytes: crate::model::weights::ROW_CHUNK_BYTES,
         })
@@ -198,7 +208,31 @@ impl GpuBackend {
     /// The dispatches that produced capture `name` of the current forward, and for each of its
     /// elements the kernel, workgroup and invocation that wrote it.
     pub fn provenance(&self, name: &str) -> Option<&CaptureProvenance> {
-        self.provenance.get(name)
+        self.provenance.last().and_then(|m| m.get(name))
+    }
+
+    /// [`GpuBackend::provenance`] in forward `forward` (0 = the first `begin` since creation).
+    pub fn provenance_in(&self, forward: usize, name: &str) -> Option<&CaptureProvenance> {
+        self.provenance.get(forward).and_then(|m| m.get(name))
+    }
+
+    /// The kernel families `step` dispatched in the forwards run so far.
+    pub fn kernels_of(&self, step: Step) -> Vec<&'static str> {
+        self.kernel_use
+            .get(&step)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The first step, in forward order, that dispatched one of `families` in the forwards run
+    /// so far: a re-check after an edit of those kernels can keep every result before it.
+    /// `None` when no step used them (or nothing has run yet).
+    pub fn first_step_using(&self, families: &[&str]) -> Option<Step> {
+        self.steps().into_iter().find(|s| {
+            self.kernel_use
+                .get(s)
+                .is_some_and(|used| used.iter().any(|f| families.contains(f)))
+        })
     }
 
     /// Time every dispatch from now on (`check --profile`).
@@ -248,7 +282,7 @@ impl Backend for GpuBackend {
         }
         self.ids = ids.to_vec();
         self.sp = start_pos;
-        self.provenance.clear();
+        self.provenance.push(HashMap::new());
         self.gpu.clear_provenance();
         self.hashes.clear();
         self.h = None;
@@ -270,6 +304,7 @@ impl Backend for GpuBackend {
         let t0 = std::time::Instant::now();
         self.slots.clear();
         self.gpu.set_profile_step(&step.to_string());
+        let before = self.gpu.family_dispatches.clone();
         let r = match step {
             Step::EngramHash => self.step_engram_hash(step),
             Step::Embed => self.step_embed(step),
@@ -280,6 +315,12 @@ impl Backend for GpuBackend {
         };
         let r = r.and_then(|()| self.finish(step, sink));
         self.run_seconds += t0.elapsed().as_secs_f64();
+        let used = self.kernel_use.entry(step).or_default();
+        for (fam, n) in &self.gpu.family_dispatches {
+            if before.get(fam) != Some(n) {
+                used.insert(fam);
+            }
+        }
         r
     }
 

@@ -3,55 +3,20 @@
 //! and read-backs. All device tensors are f32 arrays; integer tensors (indices, masks) are
 //! carried as exact f32 integers (|v| < 2^24, checked where they are made).
 
+mod family;
+mod readback;
+mod timing;
+
+pub use family::{validate_family, Access, Family, FAMILIES};
+
 use super::context::GpuContext;
-use super::profile::{DispatchTime, Profile, TimingSource};
 use super::provenance::{CaptureProvenance, Dispatch, Ledger, WriteMap};
 use super::shaders::{EntryInfo, ShaderSet};
 use super::{guard, GpuError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-/// How a kernel family's binding is accessed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Binding 0 of every family: the family's uniform struct.
-    Uniform,
-    /// A read-only storage buffer.
-    Read,
-    /// A read-write storage buffer.
-    ReadWrite,
-}
-
-/// One WGSL file: its source, entry points and bind-group layout (binding i = `bindings[i]`).
-#[derive(Debug)]
-pub struct Family {
-    pub name: &'static str,
-    pub source: &'static str,
-    pub entries: &'static [&'static str],
-    pub bindings: &'static [Access],
-}
-
-/// Every kernel family, for the naga tests and pipeline creation.
-pub const FAMILIES: &[&Family] = &[
-    &super::gemm::FAMILY,
-    &super::rows::FAMILY,
-    &super::rope::FAMILY,
-    &super::quant::FAMILY,
-    &super::hc::FAMILY,
-    &super::engram::FAMILY,
-    &super::attn::FAMILY,
-    &super::compress::FAMILY,
-    &super::moe::FAMILY,
-];
-
-/// Parse, validate and interface-check an embedded family (with the common prelude) through
-/// naga, without a GPU; returns the number of entry points.
-pub fn validate_family(fam: &Family) -> Result<usize, String> {
-    super::shaders::ShaderSet::embedded()
-        .validate_family(fam)
-        .map_err(|e| e.rendered())
-}
+use timing::Profiler;
 
 /// A device tensor of `len` f32 values. Clones share the buffer and its `id`.
 #[derive(Debug, Clone)]
@@ -117,6 +82,8 @@ pub struct Gpu {
     pending_dispatches: usize,
     /// Kernel dispatches since creation (reports).
     pub dispatch_count: u64,
+    /// Dispatches since creation per kernel family (which steps use which kernels).
+    pub family_dispatches: HashMap<&'static str, u64>,
     /// Largest chunk of a chunked weight, in bytes: the adapter's binding limit, or less when a
     /// test forces chunking on small tensors.
     pub max_chunk_bytes: u64,
@@ -127,25 +94,6 @@ pub struct Gpu {
     entry_info: HashMap<(&'static str, &'static str), EntryInfo>,
     /// Per-dispatch timing, when profiling.
     profiler: Option<Profiler>,
-}
-
-/// Timing state while profiling.
-struct Profiler {
-    profile: Profile,
-    /// The step label dispatches are filed under.
-    step: String,
-    /// Timestamp queries (two per dispatch) when the device has them.
-    queries: Option<Timestamps>,
-    /// Dispatches recorded into the current submission, waiting for their timestamps.
-    waiting: Vec<DispatchTime>,
-}
-
-/// A timestamp query set and the buffers its results travel through.
-struct Timestamps {
-    set: wgpu::QuerySet,
-    resolve: wgpu::Buffer,
-    readback: wgpu::Buffer,
-    period_ns: f32,
 }
 
 /// Submit after this many recorded dispatches, so lavapipe never sees one enormous batch.
@@ -194,6 +142,7 @@ impl Gpu {
             encoder: None,
             pending_dispatches: 0,
             dispatch_count: 0,
+            family_dispatches: HashMap::new(),
         }
     }
 
@@ -558,6 +507,7 @@ impl Gpu {
             pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         }
         self.dispatch_count += 1;
+        *self.family_dispatches.entry(fam.name).or_default() += 1;
         self.pending_dispatches += 1;
         if timed {
             let bytes = bufs.iter().map(|b| b.bytes()).sum::<u64>() + params_bytes.len() as u64;
@@ -606,155 +556,6 @@ impl Gpu {
             map,
         });
         self.ledger().kernel(out, d);
-    }
-
-    /// Start timing every dispatch (`check --profile`): GPU timestamps where the device has
-    /// them, the host clock around each dispatch submitted alone otherwise.
-    pub fn start_profiling(&mut self) {
-        self.start_profiling_with(TimingSource::GpuTimestamps);
-    }
-
-    /// [`Gpu::start_profiling`] preferring `source` (GPU timestamps fall back to the wall clock
-    /// where the device has none).
-    pub fn start_profiling_with(&mut self, source: TimingSource) {
-        self.flush();
-        let device = &self.ctx.device;
-        let queries = (source == TimingSource::GpuTimestamps
-            && self.ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY))
-        .then(|| {
-            let n = 2 * MAX_DISPATCHES_PER_SUBMIT as u32;
-            let bytes = u64::from(n) * 8;
-            Timestamps {
-                set: device.create_query_set(&wgpu::QuerySetDescriptor {
-                    label: Some("dispatch timestamps"),
-                    ty: wgpu::QueryType::Timestamp,
-                    count: n,
-                }),
-                resolve: device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("timestamps"),
-                    size: bytes,
-                    // QUERY_RESOLVE: resolve_query_set's target; COPY_SRC: to the readback.
-                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                }),
-                readback: device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("timestamps readback"),
-                    size: bytes,
-                    // MAP_READ: read on the host; COPY_DST: filled from the resolve buffer.
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }),
-                period_ns: self.ctx.queue.get_timestamp_period(),
-            }
-        });
-        let source = if queries.is_some() {
-            TimingSource::GpuTimestamps
-        } else {
-            TimingSource::CpuWallClock
-        };
-        self.profiler = Some(Profiler {
-            profile: Profile::new(source),
-            step: String::new(),
-            queries,
-            waiting: Vec::new(),
-        });
-    }
-
-    /// File the following dispatches under `step` (profiles).
-    pub fn set_profile_step(&mut self, step: &str) {
-        if let Some(p) = &mut self.profiler {
-            p.step = step.to_string();
-        }
-    }
-
-    /// The profile so far, when profiling (submits and resolves pending timestamps first).
-    pub fn profile(&mut self) -> Option<Profile> {
-        self.flush();
-        self.profiler.as_ref().map(|p| p.profile.clone())
-    }
-
-    /// The timestamp pair index of the next dispatch in this submission.
-    fn timestamp_slot(&self) -> Option<u32> {
-        let p = self.profiler.as_ref()?;
-        p.queries.as_ref()?;
-        Some(p.waiting.len() as u32)
-    }
-
-    fn time_dispatch(
-        &mut self,
-        family: &'static str,
-        entry: &'static str,
-        bytes: u64,
-        flops: u64,
-        t0: std::time::Instant,
-    ) {
-        let Some(p) = &mut self.profiler else {
-            return;
-        };
-        let d = DispatchTime {
-            family,
-            entry,
-            step: p.step.clone(),
-            seconds: 0.0,
-            bytes,
-            flops,
-        };
-        if p.queries.is_some() {
-            p.waiting.push(d);
-            return;
-        }
-        p.waiting.push(d);
-        // No timestamps: this dispatch alone, submitted and waited for.
-        self.flush();
-        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
-        if let Some(p) = &mut self.profiler {
-            if let Some(mut d) = p.waiting.pop() {
-                d.seconds = t0.elapsed().as_secs_f64();
-                p.profile.dispatches.push(d);
-            }
-        }
-    }
-
-    /// After a submission: read the timestamps of its dispatches into the profile.
-    fn collect_timestamps(&mut self) {
-        let Some(p) = &mut self.profiler else {
-            return;
-        };
-        let Some(q) = &p.queries else {
-            return;
-        };
-        if p.waiting.is_empty() {
-            return;
-        }
-        let n = p.waiting.len() as u64;
-        let mut enc = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("timestamps"),
-            });
-        enc.resolve_query_set(&q.set, 0..(2 * n) as u32, &q.resolve, 0);
-        enc.copy_buffer_to_buffer(&q.resolve, 0, &q.readback, 0, 16 * n);
-        self.ctx.queue.submit([enc.finish()]);
-        let slice = q.readback.slice(..16 * n);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r.is_ok());
-        });
-        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
-        let waiting = std::mem::take(&mut p.waiting);
-        if rx.recv().unwrap_or(false) {
-            if let Ok(view) = slice.get_mapped_range() {
-                let ticks: Vec<u64> = bytemuck::cast_slice::<u8, u64>(&view).to_vec();
-                drop(view);
-                for (i, mut d) in waiting.into_iter().enumerate() {
-                    let (a, b) = (ticks[2 * i], ticks[2 * i + 1]);
-                    d.seconds = b.saturating_sub(a) as f64 * f64::from(q.period_ns) * 1e-9;
-                    p.profile.dispatches.push(d);
-                }
-            }
-            q.readback.unmap();
-        }
     }
 
     /// Record a copy of `n` values from `src[src_off..]` to `dst[dst_off..]`.
@@ -830,90 +631,5 @@ impl Gpu {
     /// The history of `n` values of `t` from `off` as it stands now (take it at capture time).
     pub fn provenance(&self, t: &Tensor, off: usize, n: usize) -> CaptureProvenance {
         self.ledger().snapshot(t.id, off, n)
-    }
-
-    /// Record, at this point of the command stream, a copy of `n` values of `t` from `off` into
-    /// a mappable buffer: the capture sees exactly what the producing kernel wrote, whatever
-    /// later kernels do with `t`.
-    pub fn capture(&mut self, t: &Tensor, off: usize, n: usize) -> Result<Pending, GpuError> {
-        if off + n > t.len {
-            return Err(guard("capture", format!("{off}+{n} > {}", t.len)));
-        }
-        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("capture"),
-            size: (n.max(1) * 4) as u64,
-            // MAP_READ: read back on the host; COPY_DST: filled by the recorded copy.
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        if n > 0 {
-            let src = t.buf.clone();
-            self.encoder().copy_buffer_to_buffer(
-                &src,
-                (off * 4) as u64,
-                &staging,
-                0,
-                (n * 4) as u64,
-            );
-        }
-        Ok(Pending { staging, len: n })
-    }
-
-    /// Submit and read back pending captures, in order.
-    pub fn resolve(&mut self, pending: Vec<Pending>) -> Result<Vec<Vec<f32>>, GpuError> {
-        self.flush();
-        let (tx, rx) = std::sync::mpsc::channel();
-        for (i, p) in pending.iter().enumerate() {
-            if p.len == 0 {
-                continue;
-            }
-            let tx = tx.clone();
-            p.staging
-                .slice(..)
-                .map_async(wgpu::MapMode::Read, move |r| {
-                    let _ = tx.send((i, r.is_ok()));
-                });
-        }
-        drop(tx);
-        let polled = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
-        // A lost device fails the poll or the maps: say so rather than "could not be mapped".
-        self.ctx.check_health()?;
-        polled.map_err(|e| GpuError::Map(e.to_string()))?;
-        let mut ok = vec![false; pending.len()];
-        for (i, good) in rx.iter() {
-            ok[i] = good;
-        }
-        let mut out = Vec::with_capacity(pending.len());
-        for (i, p) in pending.into_iter().enumerate() {
-            if p.len == 0 {
-                out.push(Vec::new());
-                continue;
-            }
-            if !ok[i] {
-                return Err(GpuError::Map(format!("capture {i} could not be mapped")));
-            }
-            let view = p
-                .staging
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| GpuError::Map(e.to_string()))?;
-            let v: Vec<f32> = bytemuck::cast_slice::<u8, f32>(&view[..p.len * 4]).to_vec();
-            drop(view);
-            p.staging.unmap();
-            out.push(v);
-        }
-        Ok(out)
-    }
-
-    /// Read `n` values of `t` from `off` now (submits recorded work first).
-    pub fn read(&mut self, t: &Tensor, off: usize, n: usize) -> Result<Vec<f32>, GpuError> {
-        let p = self.capture(t, off, n)?;
-        let mut v = self.resolve(vec![p])?;
-        Ok(v.pop().unwrap_or_default())
-    }
-
-    /// Read a whole tensor.
-    pub fn read_all(&mut self, t: &Tensor) -> Result<Vec<f32>, GpuError> {
-        self.read(t, 0, t.len)
     }
 }
