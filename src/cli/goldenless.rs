@@ -244,7 +244,7 @@ fn print_timing(record: &RunRecord) {
             .map(|b| format!("{b:>12}"))
             .collect::<String>()
     );
-    for (kind, secs) in record.seconds_by_step() {
+    for (kind, secs) in record.seconds_per_kind() {
         println!(
             "{:<12} {}",
             kind.to_string(),
@@ -257,7 +257,7 @@ fn print_timing(record: &RunRecord) {
 
 fn timing_json(record: &RunRecord) -> serde_json::Value {
     json!(record
-        .seconds_by_step()
+        .seconds_per_kind()
         .into_iter()
         .map(|(step, secs)| json!({"step": step.to_string(), "seconds": secs}))
         .collect::<Vec<_>>())
