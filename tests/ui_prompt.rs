@@ -13,6 +13,7 @@ use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use golden_lens::oracle::faults::{Fault, FaultPlan};
 use golden_lens::session::builder::ModelParts;
 use golden_lens::session::controller::BoxedBackend;
+use golden_lens::session::SessionError;
 use golden_lens::ui::goldenless::PromptForm;
 use golden_lens::ui::{AppOptions, UiCommand};
 use std::path::{Path, PathBuf};
@@ -124,13 +125,14 @@ fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
 /// The oracle (the live reference) and a second oracle named `cpu-test` with `faults` planted.
 fn with_test_backend(o: &mut AppOptions, faults: Vec<Fault>) {
     o.tokens_backends = Arc::new(move |gguf: &Path, layers| {
-        let model = ModelParts::from_gguf(gguf).map_err(|e| e.to_string())?;
+        let bad_range = |e: golden_lens::model::LayerRangeError| SessionError::build("cpu", e);
+        let model = ModelParts::from_gguf(gguf)?;
         let mut reference = model.oracle_with_diagnostics();
         reference
             .set_layer_range(layers.clone())
-            .map_err(|e| e.to_string())?;
+            .map_err(bad_range)?;
         let mut test = model.oracle();
-        test.set_layer_range(layers).map_err(|e| e.to_string())?;
+        test.set_layer_range(layers).map_err(bad_range)?;
         test.faults = FaultPlan::new(faults.clone());
         Ok(vec![
             Box::new(reference) as BoxedBackend,

@@ -147,10 +147,10 @@ fn backends(
     g: &golden_lens::golden::Golden,
     gguf: Option<&std::path::Path>,
     with_gpu: bool,
-) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
+) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
+{
     use golden_lens::session::controller::BoxedBackend;
-    let model =
-        golden_lens::session::builder::ModelParts::open(g, gguf).map_err(|e| e.to_string())?;
+    let model = golden_lens::session::builder::ModelParts::open(g, gguf)?;
     // The reference's own scores let the app triage every top-k disagreement.
     let mut out = vec![Box::new(model.oracle_with_diagnostics()) as BoxedBackend];
     #[cfg(feature = "gpu")]
@@ -160,7 +160,10 @@ fn backends(
             inject: None,
             tie_audit: false,
         };
-        out.push(Box::new(model.gpu(opts).map_err(|e| e.to_string())?) as BoxedBackend);
+        let gpu = model
+            .gpu(opts)
+            .map_err(|e| golden_lens::session::SessionError::build("gpu", e))?;
+        out.push(Box::new(gpu) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]
     let _ = with_gpu;
@@ -174,21 +177,23 @@ fn tokens_backends(
     gguf: &std::path::Path,
     layers: Option<std::ops::RangeInclusive<usize>>,
     with_gpu: bool,
-) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
+) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
+{
     use golden_lens::session::controller::BoxedBackend;
+    use golden_lens::session::SessionError;
     let mut out = (golden_lens::ui::goldenless::oracle_maker())(gguf, layers.clone())?;
     #[cfg(feature = "gpu")]
     if with_gpu {
-        let model = golden_lens::session::builder::ModelParts::from_gguf(gguf)
-            .map_err(|e| e.to_string())?;
+        let model = golden_lens::session::builder::ModelParts::from_gguf(gguf)?;
         let opts = golden_lens::gpu::GpuOptions {
             reference_ties: true,
             inject: None,
             tie_audit: false,
         };
-        let mut gpu = model.gpu(opts).map_err(|e| e.to_string())?;
-        gpu.set_layer_range(layers)
-            .map_err(|e| format!("{}: --layers: {e}", gguf.display()))?;
+        let mut gpu = model.gpu(opts).map_err(|e| SessionError::build("gpu", e))?;
+        gpu.set_layer_range(layers).map_err(|e| {
+            SessionError::build("gpu", format!("{}: --layers: {e}", gguf.display()))
+        })?;
         out.push(Box::new(gpu) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]

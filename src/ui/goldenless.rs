@@ -12,6 +12,7 @@ use crate::model::{LayerRange, ModelConfig};
 use crate::session::builder::ModelParts;
 use crate::session::controller::BoxedBackend;
 use crate::session::reference::{SharedReference, TokensReference};
+use crate::session::SessionError;
 use anyhow::Context as _;
 use eframe::egui;
 use std::ops::RangeInclusive;
@@ -22,17 +23,19 @@ use std::sync::Arc;
 /// Builds the backends of a golden-less run on a GGUF: the CPU oracle first (the live
 /// reference), then any GPU backend, each restricted to the layer range when one is given.
 pub type TokensMaker = Arc<
-    dyn Fn(&Path, Option<RangeInclusive<usize>>) -> Result<Vec<BoxedBackend>, String> + Send + Sync,
+    dyn Fn(&Path, Option<RangeInclusive<usize>>) -> Result<Vec<BoxedBackend>, SessionError>
+        + Send
+        + Sync,
 >;
 
 /// The CPU oracle alone (with its diagnostic scores, for top-k triage) on the GGUF.
 pub fn oracle_maker() -> TokensMaker {
     Arc::new(|gguf: &Path, layers: Option<RangeInclusive<usize>>| {
-        let model = ModelParts::from_gguf(gguf).map_err(|e| e.to_string())?;
+        let model = ModelParts::from_gguf(gguf)?;
         let mut oracle = model.oracle_with_diagnostics();
-        oracle
-            .set_layer_range(layers)
-            .map_err(|e| format!("{}: --layers: {e}", gguf.display()))?;
+        oracle.set_layer_range(layers).map_err(|e| {
+            SessionError::build("cpu", format!("{}: --layers: {e}", gguf.display()))
+        })?;
         Ok(vec![Box::new(oracle) as BoxedBackend])
     })
 }

@@ -11,7 +11,7 @@ use super::views::{ModelDims, ViewSettings};
 use crate::golden::Golden;
 use crate::session::controller::{BoxedBackend, CaptureResult, Progress, TriageTotals};
 use crate::session::invariants::Violation;
-use crate::session::Mode;
+use crate::session::{Mode, SessionError};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ impl GpuStatus {
 /// GGUF whose weights and metadata they run on (`--gguf`, or one opened in the app); None: the
 /// golden's filler weights.
 pub type BackendMaker =
-    Arc<dyn Fn(&Golden, Option<&Path>) -> Result<Vec<BoxedBackend>, String> + Send + Sync>;
+    Arc<dyn Fn(&Golden, Option<&Path>) -> Result<Vec<BoxedBackend>, SessionError> + Send + Sync>;
 
 /// How the app is started.
 #[derive(Clone)]
@@ -92,9 +92,7 @@ impl AppOptions {
             golden: None,
             gguf: None,
             backends: Arc::new(|g: &Golden, gguf: Option<&Path>| {
-                crate::session::oracle_on(g, gguf)
-                    .map(|o| vec![Box::new(o) as BoxedBackend])
-                    .map_err(|e| e.to_string())
+                crate::session::oracle_on(g, gguf).map(|o| vec![Box::new(o) as BoxedBackend])
             }),
             gpu: GpuStatus::NotBuilt,
             run_on_start: true,
