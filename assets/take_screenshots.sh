@@ -24,3 +24,11 @@ shoot mask decode12/L5.sa_topk_idxs screenshot_window_mask.png
 shoot hc prefill12/L2.attn_comb screenshot_hc_mixes.png
 shoot moe prefill12/L0.moe_indices screenshot_moe.png
 shoot values prefill12/L3.h_out screenshot_values_light.png light
+# A GGUF with no golden: the tiny model exported as a GGUF, four token ids and one decode step
+# over blocks 0-2, the cpu oracle the live reference (the wgpu backend beside it on lavapipe).
+tmp=$(mktemp -d)
+trap 'kill $xvfb 2>/dev/null || true; rm -rf "$tmp"' EXIT
+"$bin" gguf export --out "$tmp/tiny.gguf" >/dev/null
+timeout 300 "$bin" gui --fresh --size 1280x800 --gguf "$tmp/tiny.gguf" --tokens 0,17,42,5 \
+  --decode 1 --layers 0-2 --select prefill4/L1.attn_out --view values \
+  --screenshot "$out/screenshot_goldenless.png"

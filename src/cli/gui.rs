@@ -44,6 +44,19 @@ pub struct GuiArgs {
     /// The name map of `--captures`: a shipped one or a TOML file.
     #[arg(long, default_value = "canonical")]
     pub map: String,
+    /// Run these token ids (`0,17,42`) on `--gguf` with no golden: the cpu oracle is the live
+    /// reference.
+    #[arg(long, requires = "gguf", conflicts_with_all = ["golden", "prompt"])]
+    pub tokens: Option<String>,
+    /// Run this text on `--gguf` with no golden, tokenized with the GGUF's own vocabulary.
+    #[arg(long, requires = "gguf", conflicts_with = "golden")]
+    pub prompt: Option<String>,
+    /// Greedy decode steps after the prefill of `--tokens`/`--prompt`.
+    #[arg(long, default_value_t = 0)]
+    pub decode: usize,
+    /// Run only blocks `A-B` (then `Final`) in a `--tokens`/`--prompt` run.
+    #[arg(long)]
+    pub layers: Option<String>,
 }
 
 /// Parse `WIDTHxHEIGHT`.
@@ -76,10 +89,29 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     // The app passes the GGUF it runs on (`--gguf`, or one opened at runtime), or None for the
     // golden's filler weights.
     options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, with_gpu));
+    options.tokens_backends =
+        std::sync::Arc::new(move |gguf, layers| tokens_backends(gguf, layers, with_gpu));
+    options.prompt_on_start = match (&args.tokens, &args.prompt) {
+        (Some(ids), _) => Some((ids.clone(), true)),
+        (None, Some(text)) => Some((text.clone(), false)),
+        (None, None) => None,
+    }
+    .map(|(text, as_ids)| golden_lens::ui::goldenless::PromptForm {
+        text,
+        as_ids,
+        decode: args.decode,
+        layers: args.layers.clone().unwrap_or_default(),
+    });
+    if options.prompt_on_start.is_none() && (args.decode > 0 || args.layers.is_some()) {
+        anyhow::bail!(
+            "--decode and --layers belong to a golden-less run: give --tokens or --prompt"
+        );
+    }
     options.captures_map = args.map.clone();
     if let Some(dump) = args.captures {
-        let map = golden_lens::import::NameMap::load(&args.map)?;
-        options.backends = golden_lens::ui::imported::with_captures(options.backends, dump, map);
+        // Refused here with a clear error; the app opens it through its own command.
+        golden_lens::import::NameMap::load(&args.map)?;
+        options.captures = Some(dump);
     }
     options.golden = args.golden;
     options.gguf = args.gguf;
@@ -135,6 +167,37 @@ fn backends(
     }
     #[cfg(not(feature = "gpu"))]
     let _ = with_gpu;
+    Ok(out)
+}
+
+/// The backends of a golden-less run: the oracle (the live reference) and, with an adapter, the
+/// wgpu backend, both restricted to `layers` when given.
+#[cfg(feature = "gui")]
+fn tokens_backends(
+    gguf: &std::path::Path,
+    layers: Option<std::ops::RangeInclusive<usize>>,
+    with_gpu: bool,
+) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
+{
+    use golden_lens::session::controller::BoxedBackend;
+    use golden_lens::session::SessionError;
+    let mut out = (golden_lens::ui::goldenless::oracle_maker())(gguf, layers.clone())?;
+    #[cfg(feature = "gpu")]
+    if with_gpu {
+        let model = golden_lens::session::builder::ModelParts::from_gguf(gguf)?;
+        let opts = golden_lens::gpu::GpuOptions {
+            reference_ties: true,
+            inject: None,
+            tie_audit: false,
+        };
+        let mut gpu = model.gpu(opts).map_err(|e| SessionError::build("gpu", e))?;
+        gpu.set_layer_range(layers).map_err(|e| {
+            SessionError::build("gpu", format!("{}: --layers: {e}", gguf.display()))
+        })?;
+        out.push(Box::new(gpu) as BoxedBackend);
+    }
+    #[cfg(not(feature = "gpu"))]
+    let _ = (with_gpu, layers);
     Ok(out)
 }
 

@@ -18,6 +18,8 @@ pub enum FileKind {
     Golden,
     /// A deepseek41 GGUF to open.
     Gguf,
+    /// Another engine's dump to replay as the test side.
+    Captures,
     /// Where to write the failing-captures JSON.
     ExportFailing,
     /// Where to write the selected capture as `.npy`.
@@ -250,6 +252,11 @@ pub enum UiCommand {
     OpenPath(PathBuf),
     /// Replay another engine's dump as the test side beside the oracle (through the app's map).
     OpenCaptures(PathBuf),
+    /// The prompt row's fields changed.
+    SetPromptForm(crate::ui::goldenless::PromptForm),
+    /// Run the prompt row on the open GGUF with no golden: the CPU oracle is the live
+    /// reference (tokenized on a worker thread, then a new session).
+    RunPrompt,
     /// Show a native file dialog (on its own thread; without a desktop portal it reports an error).
     PickFile(FileKind),
     /// The text of the toolbar's path field.

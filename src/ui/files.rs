@@ -48,6 +48,8 @@ pub enum FileJob {
         generation: u64,
         result: Result<crate::ui::panels::determinism::DeterminismOutcome, String>,
     },
+    /// A golden-less run was prepared (the GGUF opened, the prompt tokenized), or why not.
+    Prompt(Result<Box<crate::ui::goldenless::PreparedRun>, String>),
     /// A localisation of run `generation`, or why it could not run.
     Localize {
         generation: u64,
@@ -57,19 +59,27 @@ pub enum FileJob {
 
 /// Run a localisation (the session's [`crate::session::controller::run_localize`]) over
 /// `golden` with the app's backends on a worker thread and report a [`FileJob::Localize`].
+// The job's inputs and its reply channel, each a plain value moved to the thread.
+#[allow(clippy::too_many_arguments)]
 pub fn run_localize_async(
     golden: Arc<Golden>,
     backends: crate::ui::app::BackendMaker,
     gguf: Option<PathBuf>,
     request: crate::session::controller::LocalizeRequest,
+    dump: Option<crate::ui::imported::OpenedDump>,
     generation: u64,
     tx: Sender<FileJob>,
     ctx: Option<egui::Context>,
 ) {
     spawn("localize", move || {
         let factory = || backends(&golden, gguf.as_deref());
-        let result = crate::session::controller::run_localize(&golden, &factory, &request)
-            .map_err(|e| e.to_string());
+        // A dump replays what its engine wrote: it is localized on its own inputs (a planted
+        // fault goes into a CPU oracle as before).
+        let result = match dump.filter(|_| request.plant.is_empty()) {
+            Some(d) => crate::ui::imported::localize_dump(&golden, gguf.as_deref(), &d, &request),
+            None => crate::session::controller::run_localize(&golden, &factory, &request)
+                .map_err(|e| e.to_string()),
+        };
         let _ = tx.send(FileJob::Localize { generation, result });
         wake(&ctx);
     });
@@ -322,6 +332,9 @@ pub fn pick_file_async(kind: FileKind, tx: Sender<FileJob>, ctx: Option<egui::Co
         let picked = match kind {
             FileKind::Golden => dialog.add_filter("golden JSON", &["json"]).pick_file(),
             FileKind::Gguf => dialog.add_filter("GGUF", &["gguf"]).pick_file(),
+            FileKind::Captures => dialog
+                .add_filter("dump", &["safetensors", "npz", "npy", "tsv", "json"])
+                .pick_file(),
             FileKind::ExportFailing => dialog.set_file_name("failing_captures.json").save_file(),
             FileKind::ExportNpy => dialog.set_file_name("capture.npy").save_file(),
         };

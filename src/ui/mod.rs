@@ -5,8 +5,11 @@
 pub mod app;
 pub mod commands;
 pub mod files;
+pub mod goldenless;
+pub mod handler;
 pub mod imported;
 pub mod panels;
+pub mod state;
 pub mod theme;
 pub mod views;
 

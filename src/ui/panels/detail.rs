@@ -20,7 +20,8 @@ pub fn detail_ui(
         ui.label("Select a capture in the list or on the overview to see its details.");
         return;
     };
-    let Some(golden) = state.golden.as_ref().map(|g| g.golden.clone()) else {
+    let golden = state.golden.as_ref().map(|g| g.golden.clone());
+    let Some(dims) = state.dims() else {
         return;
     };
     ui.horizontal_wrapped(|ui| {
@@ -74,7 +75,8 @@ pub fn detail_ui(
     let label = state.view.region_label();
     region.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Pane, true, label));
     let ctx = ViewCtx {
-        golden: &golden,
+        golden: golden.as_ref(),
+        dims,
         results: &state.results,
         r,
         settings: &state.settings,
@@ -104,19 +106,22 @@ fn side_choice_ui(
             })
             .response
             .labelled_by(text.id);
-        ui.radio_value(&mut reference, ReferenceChoice::Golden, "vs golden");
-        ui.radio_value(
-            &mut reference,
-            ReferenceChoice::FirstBackend,
-            format!("vs {}", names[0]),
-        );
+        if state.golden.is_some() {
+            ui.radio_value(&mut reference, ReferenceChoice::Golden, "vs golden");
+        }
+        // With no golden the first backend is the only reference there is.
+        let vs_first = reference == ReferenceChoice::FirstBackend || state.golden.is_none();
+        if ui.radio(vs_first, format!("vs {}", names[0])).clicked() {
+            reference = ReferenceChoice::FirstBackend;
+        }
         if backend != s.test_backend.min(names.len() - 1) || reference != s.reference {
             tx.send_ui(UiCommand::SetTestSide { backend, reference });
         }
     } else {
-        ui.weak(format!(
-            "test = {}, reference = golden",
-            names.first().map_or("-", String::as_str)
-        ));
+        let name = names.first().map_or("-", String::as_str);
+        ui.weak(match state.golden {
+            Some(_) => format!("test = {name}, reference = golden"),
+            None => format!("{name} alone: the live reference (invariants and timing only)"),
+        });
     }
 }

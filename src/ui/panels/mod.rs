@@ -5,6 +5,7 @@
 
 pub mod banners;
 pub mod capture_list;
+pub mod capture_rows;
 pub mod detail;
 pub mod determinism;
 pub mod localize;

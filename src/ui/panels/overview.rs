@@ -461,9 +461,6 @@ fn ulp_ui(ui: &mut egui::Ui, state: &AppState, caches: &mut ViewCaches, width: f
         ui.weak("Select a capture for its per-element ulp histogram.");
         return;
     };
-    let Some(golden) = state.golden.as_ref() else {
-        return;
-    };
     let key = content_key(&(
         r.order,
         &r.name,
@@ -471,7 +468,9 @@ fn ulp_ui(ui: &mut egui::Ui, state: &AppState, caches: &mut ViewCaches, width: f
         state.settings.reference,
     ));
     if caches.ulp.as_ref().map(|(k, _)| *k) != Some(key) {
-        let Some(sides) = views::sides(&golden.golden, r, &state.settings) else {
+        let Some(sides) =
+            views::sides(state.golden.as_ref().map(|g| &g.golden), r, &state.settings)
+        else {
             ui.weak("No data for this capture.");
             return;
         };

@@ -102,10 +102,7 @@ pub fn run_controls_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSe
         if ui.add_enabled(can_run, egui::Button::new("Step")).clicked() {
             tx.send_ui(UiCommand::Run(Request::StepOne));
         }
-        let n_layers = state
-            .golden
-            .as_ref()
-            .map_or(1, |g| g.golden.fixture.n_layers.max(1));
+        let n_layers = state.dims().map_or(1, |d| d.n_layers.max(1));
         if ui
             .add_enabled(can_run, egui::Button::new("Run to layer"))
             .clicked()

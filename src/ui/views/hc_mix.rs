@@ -64,7 +64,7 @@ pub fn hc_mix_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) 
         ui.label("HC mixes: select a capture of a layer");
         return;
     };
-    let m = ctx.golden.fixture.hc_mult.max(1);
+    let m = ctx.dims.hc_mult.max(1);
     let tokens = find(ctx.results, r.regime_index, &format!("L{layer}.attn_comb"))
         .and_then(|c| {
             c.shape

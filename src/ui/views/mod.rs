@@ -9,6 +9,7 @@ pub mod heatmap;
 pub mod moe;
 pub mod raster;
 pub mod topk;
+pub mod topk_model;
 pub mod values;
 pub mod window_mask;
 
@@ -254,9 +255,43 @@ impl ViewCaches {
     }
 }
 
-/// What every view gets: the golden, the results, the selected capture, the settings.
+/// The model sizes the views read (from the golden's fixture, or from a GGUF's config in a
+/// golden-less run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelDims {
+    pub n_layers: usize,
+    pub hc_mult: usize,
+    pub n_routed_experts: usize,
+    pub window_size: usize,
+}
+
+impl ModelDims {
+    /// A golden's model.
+    pub fn of_golden(g: &Golden) -> ModelDims {
+        let f = &g.fixture;
+        ModelDims {
+            n_layers: f.n_layers,
+            hc_mult: f.hc_mult,
+            n_routed_experts: f.n_routed_experts,
+            window_size: f.window_size,
+        }
+    }
+    /// A GGUF's (or any) model config.
+    pub fn of_config(c: &crate::model::ModelConfig) -> ModelDims {
+        ModelDims {
+            n_layers: c.n_layers,
+            hc_mult: c.hc_mult,
+            n_routed_experts: c.n_routed_experts,
+            window_size: c.window_size,
+        }
+    }
+}
+
+/// What every view gets: the golden (None in a golden-less run, where the first backend is the
+/// reference), the model's sizes, the results, the selected capture, the settings.
 pub struct ViewCtx<'a> {
-    pub golden: &'a Arc<Golden>,
+    pub golden: Option<&'a Arc<Golden>>,
+    pub dims: ModelDims,
     pub results: &'a [CaptureResult],
     pub r: &'a CaptureResult,
     pub settings: &'a ViewSettings,
@@ -316,7 +351,11 @@ pub fn golden_describes(golden: &Golden, r: &CaptureResult) -> bool {
 
 /// The two sides of a capture under the view settings. Where the golden lacks the capture (a
 /// synthetic or golden-less run) the first backend is the reference, and `note` says so.
-pub fn sides(golden: &Arc<Golden>, r: &CaptureResult, settings: &ViewSettings) -> Option<Sides> {
+pub fn sides(
+    golden: Option<&Arc<Golden>>,
+    r: &CaptureResult,
+    settings: &ViewSettings,
+) -> Option<Sides> {
     let n = r.per_backend.len();
     if n == 0 {
         return None;
@@ -335,8 +374,9 @@ pub fn sides(golden: &Arc<Golden>, r: &CaptureResult, settings: &ViewSettings) -
             note: None,
         });
     }
-    match Tensor::from_golden(golden, r.regime_index, &r.name)
-        .filter(|_| golden_describes(golden, r))
+    match golden
+        .filter(|g| golden_describes(g, r))
+        .and_then(|g| Tensor::from_golden(g, r.regime_index, &r.name))
     {
         Some(reference) => Some(Sides {
             reference,
@@ -350,10 +390,13 @@ pub fn sides(golden: &Arc<Golden>, r: &CaptureResult, settings: &ViewSettings) -
             Some(Sides {
                 reference,
                 test,
-                note: Some(format!(
-                    "the golden does not hold {}: the reference is {ref_name}",
-                    r.label()
-                )),
+                note: Some(match golden {
+                    Some(_) => format!(
+                        "the golden does not hold {}: the reference is {ref_name}",
+                        r.label()
+                    ),
+                    None => format!("no golden: the reference is {ref_name}, run live"),
+                }),
                 ref_name,
                 test_name,
             })

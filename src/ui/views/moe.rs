@@ -288,7 +288,7 @@ pub fn moe_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCaches) {
             layer,
             idx,
             w,
-            ctx.golden.fixture.n_routed_experts,
+            ctx.dims.n_routed_experts,
             triage,
         ));
         cache.key = Some(key);

@@ -321,8 +321,11 @@ pub fn window_mask_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, caches: &mut ViewCac
             });
         // The window's width is the model's (the golden's fixture); a capture the golden does
         // not hold says it through its own indices.
-        let (window, inferred) = if super::golden_describes(ctx.golden, target) {
-            (ctx.golden.fixture.window_size, false)
+        let described = ctx
+            .golden
+            .is_some_and(|g| super::golden_describes(g, target));
+        let (window, inferred) = if described || ctx.golden.is_none() {
+            (ctx.dims.window_size, false)
         } else {
             (infer_window(&sides.reference), true)
         };
