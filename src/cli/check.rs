@@ -162,7 +162,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         only,
         stop_after_regime: args.regime.clone(),
         strict: args.strict,
-        invariants: Some(session::model_of(&golden)?.0),
+        invariants: Some(super::model::golden_config(&golden)?),
         pin_from: None,
     };
     let model = super::model::open(&golden, args.gguf.as_deref())?;

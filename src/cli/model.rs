@@ -28,7 +28,7 @@ pub fn open(golden: &Golden, gguf: Option<&std::path::Path>) -> anyhow::Result<M
     };
     let mut model = ModelParts::open(golden, Some(path))?;
     println!("weights: {}", model.describe());
-    let recorded_cfg = session::model_of(golden)?.0;
+    let recorded_cfg = golden_config(golden)?;
     let Some(rec) = recording else {
         if model.cfg != recorded_cfg {
             println!("note: the GGUF's model config differs from the golden's fixture");
@@ -76,4 +76,16 @@ pub fn open(golden: &Golden, gguf: Option<&std::path::Path>) -> anyhow::Result<M
         );
     }
     Ok(model)
+}
+
+/// The graph config of a golden's fixture. A golden recorded on a GGUF holds no engram tables
+/// (they are the GGUF's, checked by hash), so only its config is read; any other golden's
+/// tables are validated (or derived) as well.
+pub fn golden_config(golden: &Golden) -> anyhow::Result<golden_lens::model::ModelConfig> {
+    if GgufRecording::of_golden(golden)?.is_some() {
+        return Ok(golden_lens::model::ModelConfig::from_fixture(
+            &golden.fixture,
+        )?);
+    }
+    Ok(session::model_of(golden)?.0)
 }
