@@ -157,6 +157,10 @@ fn pieces(tok: &GgufTokenizer, ids: &[i64]) -> Vec<String> {
         .collect()
 }
 
+/// All-zero captures listed one per row before the rest are only counted (a synthesized file
+/// with 36 unfilled layers has hundreds).
+const MAX_ZERO_ROWS: usize = 24;
+
 /// Progress of a long run on stderr: step, layer, elapsed and ETA (from the mean step time so
 /// far), and the greedy tokens and text decode steps produce on stdout.
 pub struct RunProgress {
@@ -256,8 +260,14 @@ impl RunProgress {
              zero-initialised state or an unfilled layer give these)",
             self.all_zero.len()
         );
-        for (regime, name) in &self.all_zero {
+        for (regime, name) in self.all_zero.iter().take(MAX_ZERO_ROWS) {
             println!("{regime:<10} {name:<28} ALL ZERO");
+        }
+        if self.all_zero.len() > MAX_ZERO_ROWS {
+            println!(
+                "... and {} more (every one is in --json)",
+                self.all_zero.len() - MAX_ZERO_ROWS
+            );
         }
     }
 }
