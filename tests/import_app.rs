@@ -48,15 +48,10 @@ fn an_imported_dump_runs_beside_the_oracle_and_passes() {
         .capture_count();
     h.get_by_label(&format!("{total} passed, 0 failed"));
     h.get_by_label("No divergence so far");
-    // Both sides are there: the oracle and the dump's replay.
-    assert!(h
-        .query_all_by_label_contains("captures engine.safetensors vs golden: pass")
-        .next()
-        .is_some());
-    assert!(h
-        .query_all_by_label_contains("cpu vs golden: pass")
-        .next()
-        .is_some());
+    // Both sides are there: the oracle and the dump's replay (the list's chips say `exact`
+    // for a bit-exact pass).
+    assert_passes(&h, "captures engine.safetensors vs golden");
+    assert_passes(&h, "cpu vs golden");
 }
 
 #[test]
@@ -92,8 +87,21 @@ fn a_dump_opened_through_the_path_field_becomes_the_test_side() {
             .is_some_and(|n| n.contains("the test side replays"))
     });
     run_all(&mut h);
-    assert!(h
-        .query_all_by_label_contains("captures engine.safetensors vs golden: pass")
-        .next()
-        .is_some());
+    assert_passes(&h, "captures engine.safetensors vs golden");
+}
+
+/// Some capture-list chip of `pair` says it passes (`pass`, or `exact` when bit-exact) and none
+/// says it fails.
+fn assert_passes(h: &egui_kittest::Harness<'static, golden_lens::ui::GoldenLensApp>, pair: &str) {
+    let passing = h
+        .query_all_by_label_contains(&format!("{pair}: pass"))
+        .chain(h.query_all_by_label_contains(&format!("{pair}: exact")))
+        .count();
+    assert!(passing > 0, "no chip of {pair} passes");
+    assert!(
+        h.query_all_by_label_contains(&format!("{pair}: FAIL"))
+            .next()
+            .is_none(),
+        "a chip of {pair} fails"
+    );
 }

@@ -1,27 +1,20 @@
-//! Drives the real app in egui_kittest: start on the embedded golden, run all, read the summary
-//! through accessibility labels, select a capture by its label and read its metrics, switch
-//! every detail view (with strict snapshots), open a malformed golden, export failing captures
-//! and load the export back, and show a real-dims capture through a downsampled texture.
+//! Drives the real app in egui_kittest: it runs the embedded golden as soon as it opens; the
+//! summary, the metrics table and every view read through accessibility labels (with strict
+//! snapshots); a malformed golden is an error and the app keeps running; failing captures export
+//! off the UI thread and load back as a golden; `n`/`p` and the arrow keys move the selection in
+//! the list's order; the self-test window.
 #![cfg(feature = "gui")]
 
-use egui_kittest::kittest::Queryable;
+use eframe::egui::{Key, Role};
+use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
 use golden_lens::golden::Golden;
-use golden_lens::model::CaptureValues;
-use golden_lens::session::controller::{BackendCapture, CaptureResult};
-use golden_lens::ui::views::ReferenceChoice;
-use golden_lens::ui::{AppOptions, GoldenLensApp, UiCommand};
-use std::sync::Arc;
-use std::time::Instant;
+use golden_lens::oracle::faults::Fault;
+use golden_lens::ui::panels::capture_list;
+use golden_lens::ui::{AppOptions, DetailView, GoldenLensApp};
 
 mod ui_common;
 use ui_common::*;
-
-/// Frame budget for a steady frame in the test profile (debug build of our code at opt-level 1);
-/// the release window meets 16 ms, this bound catches a frame that rebuilds a texture every time.
-const STEADY_FRAME_BUDGET_SECS: f64 = 0.25;
-/// Budget of the one frame that slices and downsamples the 64×512 capture and uploads it.
-const FIRST_FRAME_BUDGET_SECS: f64 = 2.0;
 
 fn test_options() -> AppOptions {
     let mut o = AppOptions::cpu_only();
@@ -36,11 +29,32 @@ fn type_into(h: &mut Harness<'static, GoldenLensApp>, label: &str, text: &str) {
     h.step();
 }
 
-fn select_capture(h: &mut Harness<'static, GoldenLensApp>, label: &str) {
-    type_into(h, "Filter:", label);
-    h.run_steps(2);
-    h.get_by_label(label).click();
-    h.run_steps(3);
+fn show_view(h: &mut Harness<'static, GoldenLensApp>, view: DetailView) {
+    h.get_by_role_and_label(Role::Tab, view.title()).click();
+    wait_until(h, "the view", LOAD_TIMEOUT, |h| h.state().view() == view);
+    h.get_by_role_and_label(Role::Pane, view.region_label());
+}
+
+#[test]
+fn the_embedded_golden_runs_as_soon_as_the_window_opens() {
+    // The app's own options: no click, no `--run`.
+    let mut h = harness_at(test_options(), SIZE_PT);
+    wait_finished(&mut h);
+    let golden = golden_lens::golden::embedded::default_golden().expect("embedded golden");
+    assert_eq!(h.state().results().len(), golden.capture_count());
+    assert_eq!(
+        h.state().progress().steps_done,
+        h.state().progress().steps_total
+    );
+    h.get_by_label(&format!("{} passed, 0 failed", golden.capture_count()));
+    // The progress bar names the steps and how long the run took.
+    let bar = h.get_by_role(Role::ProgressIndicator);
+    let text = bar.accesskit_node().label().unwrap_or_default();
+    let total = h.state().progress().steps_total;
+    assert!(
+        text.starts_with(&format!("{total} / {total} steps")) && text.contains("took"),
+        "progress text {text:?}"
+    );
 }
 
 #[test]
@@ -61,44 +75,57 @@ fn runs_the_default_golden_and_reads_summary_metrics_and_every_view() {
     h.get_by_label("Selected: prefill12/L0.moe_indices");
     let selected = h.state().selected().expect("a selection");
     assert_eq!(selected.name, "L0.moe_indices");
+    // The metrics table: one row per pair, each cell labelled with its pair and column.
     h.get_by_label_contains("cpu vs golden: pass (pass: bit-exact");
     h.get_by_label("cpu vs golden max_abs_err: 0.000000e0");
     h.get_by_label("cpu vs golden worst_ratio: 0.000000");
+    h.get_by_label("cpu vs golden max_bf16_ulp: 0");
 
     // MoE routing is the view picked for a routing capture.
+    assert_eq!(h.state().view(), DetailView::Moe);
     h.get_by_label("Tokens routed identically: 12 of 12");
     h.get_by_label("tie flip: 0");
+    h.get_by_role_and_label(Role::Image, "Routing raster");
     h.remove_cursor();
     h.snapshot("ui_moe_routing");
 
-    h.get_by_label("Top-k agreement").click();
-    h.run_steps(3);
+    show_view(&mut h, DetailView::TopK);
     h.get_by_label("Mean row agreement: 1.000; rows differing: 0 of 12");
     h.get_by_label("reference only: 0");
     h.get_by_label("test only: 0");
+    h.get_by_role_and_label(Role::Image, "Top-k positions raster");
     h.remove_cursor();
     h.snapshot("ui_topk");
 
-    h.get_by_label("Window mask").click();
-    h.run_steps(3);
+    show_view(&mut h, DetailView::WindowMask);
     h.get_by_label("Mask differences: 0");
     h.get_by_label_contains("Test (cpu): window cells");
+    h.get_by_role_and_label(Role::Image, "Window mask raster");
     h.remove_cursor();
     h.snapshot("ui_window_mask");
 
-    h.get_by_label("HC mixes").click();
-    h.run_steps(3);
-    assert!(h.query_all_by_label_contains("attn row sums:").count() == 2);
+    show_view(&mut h, DetailView::HcMix);
+    assert_eq!(h.query_all_by_label_contains("attn row sums:").count(), 2);
     h.get_by_label_contains("HC mixes of layer 0");
+    h.get_by_role_and_label(Role::Image, "attn test comb");
     h.remove_cursor();
     h.snapshot("ui_hc_mixes");
 
-    h.get_by_label("Values").click();
-    h.run_steps(3);
+    show_view(&mut h, DetailView::Values);
     h.get_by_label_contains("Values: reference = golden");
-    h.get_by_label("Error histogram (|test − reference| by decade)");
+    for panel in ["Reference heatmap", "Test heatmap", "Difference heatmap"] {
+        h.get_by_role_and_label(Role::Image, panel);
+    }
+    h.get_by_label_contains("Reference (golden) linear:");
     h.remove_cursor();
     h.snapshot("ui_values");
+
+    // The view chosen for a family is remembered: the next routing capture opens in Values.
+    select_capture(&mut h, "prefill12/L1.moe_weights");
+    assert_eq!(h.state().view(), DetailView::Values);
+    // A family never chosen opens its most telling view.
+    select_capture(&mut h, "prefill12/L1.sa_topk_idxs");
+    assert_eq!(h.state().view(), DetailView::WindowMask);
 }
 
 #[test]
@@ -111,7 +138,7 @@ fn malformed_golden_shows_an_error_and_the_app_keeps_running() {
         h.query_by_label_contains("Golden: <embedded").is_some()
     });
     type_into(&mut h, "Path:", &bad.display().to_string());
-    h.get_by_label("Open path").click();
+    h.get_by_role_and_label(Role::Button, "Open path").click();
     wait_until(&mut h, "the error banner", LOAD_TIMEOUT, |h| {
         h.query_by_label_contains("Error: ").is_some()
     });
@@ -119,7 +146,7 @@ fn malformed_golden_shows_an_error_and_the_app_keeps_running() {
     h.get_by_label_contains("broken.json: file is truncated");
     // Still on the embedded golden, and still usable.
     h.get_by_label_contains("Golden: <embedded");
-    h.get_by_label("Dismiss").click();
+    h.get_by_role_and_label(Role::Button, "Dismiss").click();
     h.run_steps(2);
     assert!(h.query_by_label_contains("Error: ").is_none());
 }
@@ -138,10 +165,10 @@ fn export_failing_captures_loads_back_as_a_golden() {
 
     let mut h = harness(test_options());
     type_into(&mut h, "Path:", &planted.display().to_string());
-    h.get_by_label("Open path").click();
-    // The toolbar names the opened golden (the path field holds the name from the start), and
-    // the new session's worker has reported: otherwise `Run all` could go to the embedded
-    // golden's session just before the planted one replaces it.
+    h.get_by_role_and_label(Role::Button, "Open path").click();
+    // The toolbar names the opened golden, and the new session's worker has reported:
+    // otherwise `Run all` could go to the embedded golden's session just before the planted one
+    // replaces it.
     let opened = format!("Golden: {}", planted.display());
     wait_until(&mut h, "the planted golden", LOAD_TIMEOUT, |h| {
         h.query_by_label(&opened).is_some()
@@ -151,17 +178,22 @@ fn export_failing_captures_loads_back_as_a_golden() {
     run_all(&mut h);
     h.get_by_label_contains("1 failed");
     h.get_by_label("First divergence: prefill12/logits_full at Final");
+    // Its chip says FAIL in words, not colour alone.
+    select_capture(&mut h, "prefill12/logits_full");
+    h.get_by_label("cpu vs golden: FAIL");
+    h.get_by_label_contains("cpu vs golden: FAIL (");
 
     let out = dir.path().join("failing.json");
     // Replace the field's text: select all, then type the export path.
     h.get_by_label("Path:").focus();
     h.step();
-    h.key_combination_modifiers(eframe::egui::Modifiers::COMMAND, &[eframe::egui::Key::A]);
+    h.key_combination_modifiers(eframe::egui::Modifiers::COMMAND, &[Key::A]);
     h.step();
     h.get_by_label("Path:")
         .type_text(&out.display().to_string());
     h.step();
-    h.get_by_label("Export failing to path").click();
+    h.get_by_role_and_label(Role::Button, "Export failing to path")
+        .click();
     wait_until(&mut h, "the export notice", LOAD_TIMEOUT, |h| {
         h.query_by_label_contains("exported 1 failing captures")
             .is_some()
@@ -186,109 +218,72 @@ fn export_failing_captures_loads_back_as_a_golden() {
     assert_eq!(n, cap.n, "the test side is exported whole");
 }
 
-/// A capture of real DeepSeek-V4.1 size per token (64 heads × 512 values) over 4 tokens.
-fn large_result(order: usize) -> CaptureResult {
-    let shape = vec![1, 4, 64, 512];
-    let n: usize = shape.iter().product();
-    let a: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.001).sin()).collect();
-    let mut b = a.clone();
-    b[12345] += 0.25;
-    b[777] = f32::NAN;
-    let side = |name: &str, v: Vec<f32>| BackendCapture {
-        backend: name.into(),
-        values: Arc::new(CaptureValues::F32(v)),
-        vs_golden: None,
-        triage: None,
-        budget: None,
-        violations: Vec::new(),
-    };
-    CaptureResult {
-        order,
-        regime_index: 0,
-        regime: "synthetic".into(),
-        step: golden_lens::model::Step::Block(0),
-        name: "L0.big_tensor".into(),
-        kind: golden_lens::golden::CaptureKind::Bf16,
-        shape,
-        per_backend: vec![side("cpu", a), side("gpu", b)],
-        cross: Vec::new(),
-    }
-}
-
+/// `n`/`p` visit the failing captures in the list's order; the arrow keys move row by row.
 #[test]
-fn real_dims_capture_shows_through_a_downsampled_texture_without_stalling() {
-    let mut h = harness(test_options());
-    // Wait for the worker's first progress report too: it follows the worker's `Cleared`, which
-    // would otherwise race with (and drop) the injected result on a loaded machine.
-    wait_until(&mut h, "the embedded golden", LOAD_TIMEOUT, |h| {
-        h.query_by_label_contains("Golden: <embedded").is_some()
-            && h.state().progress().steps_total > 0
-    });
-    h.state_mut().inject_results(vec![large_result(0)]);
-    h.state_mut().handle(UiCommand::SetTestSide {
-        backend: 1,
-        reference: ReferenceChoice::FirstBackend,
-    });
-    h.state_mut().handle(UiCommand::SelectCapture(0));
-    let t0 = Instant::now();
-    h.step();
-    let first = t0.elapsed().as_secs_f64();
-    h.run_steps(2);
-    h.get_by_label_contains("Reference: 64×512 cells (texture 64×256)");
-    h.get_by_label_contains("Difference (test − reference): 64×512 cells");
-    h.get_by_label_contains(
-        "Test: 64×512 cells (texture 64×256), scale ±1.000e0, 1 NaN/inf marked",
-    );
-    let mut steady = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        h.step();
-        steady.push(t.elapsed().as_secs_f64());
-    }
-    let worst = steady.iter().copied().fold(0.0, f64::max);
-    let (mean_ui, max_ui) = h.state().frame_time_secs().expect("frames measured");
-    println!(
-        "real-dims capture: first frame {:.1} ms, steady frames worst {:.1} ms, app ui mean {:.2} ms / max {:.2} ms",
-        first * 1e3,
-        worst * 1e3,
-        mean_ui * 1e3,
-        max_ui * 1e3
-    );
-    assert!(
-        first < FIRST_FRAME_BUDGET_SECS,
-        "first frame took {first} s"
-    );
-    assert!(
-        worst < STEADY_FRAME_BUDGET_SECS,
-        "a steady frame took {worst} s"
-    );
-}
-
-#[test]
-fn frame_time_on_the_tiny_golden_after_a_full_run() {
-    let mut h = harness(test_options());
-    wait_until(&mut h, "the embedded golden", LOAD_TIMEOUT, |h| {
-        h.query_by_label_contains("Golden: <embedded").is_some()
-    });
+fn n_and_p_jump_between_failing_captures_and_arrows_move_the_selection() {
+    let planted = Fault::parse("bitflip@L2.attn_out").expect("fault spec");
+    let mut h = harness(planted_options(vec![planted], false));
+    wait_ready(&mut h);
     run_all(&mut h);
-    select_capture(&mut h, "prefill12/L3.sa_topk_idxs");
-    let mut frames = Vec::new();
-    for _ in 0..60 {
-        let t = Instant::now();
-        h.step();
-        frames.push(t.elapsed().as_secs_f64());
-    }
-    frames.sort_by(f64::total_cmp);
-    let median = frames[frames.len() / 2];
-    let (mean_ui, max_ui) = h.state().frame_time_secs().expect("frames measured");
-    println!(
-        "tiny golden: harness frame median {:.2} ms, max {:.2} ms; app ui mean {:.2} ms, max {:.2} ms",
-        median * 1e3,
-        frames[frames.len() - 1] * 1e3,
-        mean_ui * 1e3,
-        max_ui * 1e3
+    let order = capture_list::list_order(h.state().results(), &Default::default());
+    let failing: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&i| !h.state().results()[i].pass())
+        .collect();
+    assert!(
+        failing.len() >= 3,
+        "the planted fault fails several captures"
     );
-    assert!(median < STEADY_FRAME_BUDGET_SECS, "median frame {median} s");
+    let at = |h: &Harness<'static, GoldenLensApp>| {
+        h.state().selected().map(|r| r.order).expect("a selection")
+    };
+    h.key_press(Key::N);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[0]].order);
+    h.get_by_label(&format!(
+        "Selected: {}",
+        h.state().results()[failing[0]].label()
+    ));
+    h.key_press(Key::N);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[1]].order);
+    h.key_press(Key::N);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[2]].order);
+    h.key_press(Key::P);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[1]].order);
+    // Down and up move one visible row (folded groups and filtered captures are skipped).
+    let visible = capture_list::visible_captures(
+        h.state().results(),
+        &Default::default(),
+        &Default::default(),
+    );
+    let pos = visible
+        .iter()
+        .position(|&i| i == failing[1])
+        .expect("visible");
+    h.key_press(Key::ArrowDown);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[visible[pos + 1]].order);
+    h.key_press(Key::ArrowUp);
+    h.key_press(Key::ArrowUp);
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[visible[pos - 1]].order);
+    // The first failing capture is where `p` stops.
+    for _ in 0..failing.len() + 2 {
+        h.key_press(Key::P);
+    }
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[0]].order);
+    h.get_by_label("no earlier failing capture in the list");
+    // Typing into the filter does not move the selection.
+    h.get_by_label("Filter:").focus();
+    h.step();
+    h.get_by_label("Filter:").type_text("n");
+    h.run_steps(2);
+    assert_eq!(at(&h), h.state().results()[failing[0]].order);
 }
 
 /// The app shows the same self-test table as `golden-lens selftest`.
@@ -298,13 +293,97 @@ fn the_selftest_window_shows_every_planted_fault_caught() {
     wait_until(&mut h, "the golden to load", RUN_TIMEOUT, |h| {
         h.query_by_label("Self-test").is_some()
     });
-    h.get_by_label("Self-test").click();
+    h.get_by_role_and_label(Role::Button, "Self-test").click();
     wait_until(&mut h, "the self-test to finish", RUN_TIMEOUT, |h| {
         h.query_by_label("Self-test: 8 passed, 0 failed").is_some()
     });
     assert!(h.query_by_label("L0.sa_topk_idxs").is_some());
     assert!(h.query_by_label("MISS").is_none());
-    h.get_by_label("Close self-test").click();
+    h.get_by_role_and_label(Role::Button, "Close self-test")
+        .click();
     h.run_steps(2);
     assert!(h.query_by_label("Self-test: 8 passed, 0 failed").is_none());
 }
+
+/// What a session remembers (eframe persistence) comes back: the last golden, the theme, the
+/// view chosen per family, folded regions; and what it remembers next reflects the changes.
+#[test]
+fn the_app_remembers_files_theme_views_and_regions() {
+    use golden_lens::ui::app::Remembered;
+    use golden_lens::ui::theme::ThemeChoice;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("last.json");
+    std::fs::write(&path, golden_lens::golden::embedded::DEFAULT_GOLDEN_JSON).expect("write");
+    let remembered = Remembered {
+        last_golden: Some(path.clone()),
+        last_gguf: None,
+        theme: Some("light".into()),
+        views: vec![("routing".into(), "values".into())],
+        overview_open: Some(false),
+        metrics_open: Some(true),
+    };
+    let mut o = test_options();
+    o.run_on_start = false;
+    let r = remembered.clone();
+    let mut h: Harness<'static, GoldenLensApp> = Harness::builder()
+        .with_size(SIZE_PT)
+        .with_max_steps(16)
+        .build_eframe(move |cc| GoldenLensApp::with_remembered(&cc.egui_ctx, o, Some(r)));
+    let opened = format!("Golden: {}", path.display());
+    wait_until(&mut h, "the remembered golden", LOAD_TIMEOUT, |h| {
+        h.query_by_label(&opened).is_some() && h.query_by_label("Status: ready").is_some()
+    });
+    assert_eq!(h.state().state().theme, ThemeChoice::Light);
+    // The folded overview offers to unfold.
+    h.get_by_role_and_label(Role::Button, "Unfold Overview");
+    run_all(&mut h);
+    select_capture(&mut h, "prefill12/L0.moe_indices");
+    assert_eq!(
+        h.state().view(),
+        DetailView::Values,
+        "the remembered routing view"
+    );
+    h.get_by_role_and_label(Role::Tab, "MoE routing").click();
+    h.get_by_role_and_label(Role::Button, "Dark theme").click();
+    h.get_by_role_and_label(Role::Button, "Unfold Overview")
+        .click();
+    h.run_steps(3);
+    let next = h.state().remembered();
+    let back: Remembered =
+        serde_json::from_str(&serde_json::to_string(&next).expect("ser")).expect("de");
+    assert_eq!(back, next);
+    assert_eq!(next.last_golden.as_deref(), Some(path.as_path()));
+    assert_eq!(next.theme.as_deref(), Some("dark"));
+    assert!(next
+        .views
+        .contains(&("routing".to_string(), "moe".to_string())));
+    assert_eq!(next.overview_open, Some(true));
+}
+
+/// Cancel on a background job's bar frees its window at once; its late result is dropped.
+#[test]
+fn a_cancelled_job_drops_its_late_result() {
+    let mut h = harness(test_options());
+    wait_ready(&mut h);
+    h.get_by_role_and_label(Role::Button, "Localize").click();
+    h.run_steps(2);
+    assert!(h.state().localize_state().running);
+    h.get_by_label_contains("Localize: ");
+    h.get_by_role_and_label(Role::Button, "Cancel Localize")
+        .click();
+    h.run_steps(2);
+    assert!(!h.state().localize_state().running);
+    h.get_by_label("Localize cancelled: its result will be dropped");
+    // Long enough for the abandoned localisation to finish and report.
+    let until = std::time::Instant::now() + LATE_RESULT_WAIT;
+    while std::time::Instant::now() < until {
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(h.state().localize_state().result.is_none());
+    h.get_by_label("No localization yet: press Run localization.");
+}
+
+/// How long the cancelled-job test waits for the abandoned job (a localisation of the tiny
+/// golden takes about a second in the test profile).
+const LATE_RESULT_WAIT: std::time::Duration = std::time::Duration::from_secs(8);

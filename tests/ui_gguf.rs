@@ -122,11 +122,11 @@ fn a_gguf_opened_at_runtime_drives_the_backends_and_the_golden_weights_come_back
     // The failing captures' export names the weights they came from.
     let out = dir.path().join("failing.json");
     h.state_mut().handle(UiCommand::ExportFailing(out.clone()));
-    h.run_steps(2);
-    h.get_by_label(&format!(
-        "exported {failed} failing captures to {}",
-        out.display()
-    ));
+    // The export writes off the UI thread and reports back.
+    let notice = format!("exported {failed} failing captures to {}", out.display());
+    wait_until(&mut h, "the export", LOAD_TIMEOUT, |h| {
+        h.query_by_label(&notice).is_some()
+    });
     let raw: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&out).expect("read")).expect("json");
     assert_eq!(

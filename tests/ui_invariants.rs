@@ -5,12 +5,11 @@
 #![cfg(feature = "gui")]
 
 use egui_kittest::kittest::Queryable;
-use egui_kittest::Harness;
 use golden_lens::golden::Golden;
 use golden_lens::model::Backend;
 use golden_lens::oracle::faults::{Fault, FaultPlan};
 use golden_lens::session::{self, invariants};
-use golden_lens::ui::{AppOptions, GoldenLensApp};
+use golden_lens::ui::AppOptions;
 
 mod ui_common;
 use ui_common::*;
@@ -18,19 +17,6 @@ use ui_common::*;
 /// Where the fault is planted: element 0 of every regime's first comb matrix gains 0.01, so token
 /// 0's row 0 and column 0 sum to about 1.01.
 const PLANTED: &str = "perturb=0.01@L0.attn_comb";
-
-fn select(h: &mut Harness<'static, GoldenLensApp>, label: &str) {
-    h.get_by_label("Filter:").focus();
-    h.step();
-    h.key_combination_modifiers(eframe::egui::Modifiers::COMMAND, &[eframe::egui::Key::A]);
-    h.step();
-    h.get_by_label("Filter:").type_text(label);
-    h.run_steps(2);
-    h.get_by_label(label).click();
-    wait_until(h, "the selection", RUN_TIMEOUT, |h| {
-        h.state().selected().is_some_and(|r| r.label() == label)
-    });
-}
 
 /// Every invariant violation of an oracle with `faults` over the golden, checked outside the app
 /// the way `check` does (per step, on the backend's own captures): `(regime, violation)`.
@@ -73,7 +59,7 @@ fn the_default_run_is_within_every_budget_and_violates_no_invariant() {
     assert!(h.query_by_label_contains("invariants: ").is_none());
 
     // A float capture's budget is the reduction bound; the detail names it and the ratio.
-    select(&mut h, "prefill12/L0.attn_comb");
+    select_capture(&mut h, "prefill12/L0.attn_comb");
     let r = h.state().selected().expect("selection").clone();
     let b = r.per_backend[0].budget.clone().expect("a budget");
     assert!(b.budget.abs > 0.0 && b.ratio <= 1.0);
@@ -85,7 +71,7 @@ fn the_default_run_is_within_every_budget_and_violates_no_invariant() {
     assert!(h.query_by_label_contains("Invariant violations").is_none());
 
     // An integer capture's budget is exactness.
-    select(&mut h, "prefill12/L0.moe_indices");
+    select_capture(&mut h, "prefill12/L0.moe_indices");
     h.get_by_label("cpu vs golden budget: 0.0e0 (integer capture: exact), error/budget 0.00");
 }
 
@@ -128,7 +114,7 @@ fn a_planted_comb_fault_shows_its_violations_and_goes_over_budget() {
     ));
 
     // The capture list marks the capture; the detail lists each violation and the budget.
-    select(&mut h, "prefill12/L0.attn_comb");
+    select_capture(&mut h, "prefill12/L0.attn_comb");
     let r = h.state().selected().expect("selection").clone();
     let own = &r.per_backend[1].violations;
     assert!(!own.is_empty());

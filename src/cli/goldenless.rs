@@ -505,7 +505,7 @@ pub fn print_timing(record: &RunRecord) {
             .map(|b| format!("{b:>12}"))
             .collect::<String>()
     );
-    let by_step = record.seconds_by_step();
+    let by_step = record.seconds_per_kind();
     for (kind, secs) in &by_step {
         println!(
             "{:<12} {}",
@@ -539,7 +539,7 @@ fn step_totals(by_step: &[(Step, Vec<f64>)], n: usize) -> Vec<f64> {
 
 pub fn timing_json(record: &RunRecord) -> serde_json::Value {
     json!(record
-        .seconds_by_step()
+        .seconds_per_kind()
         .into_iter()
         .map(|(step, secs)| json!({"step": step.to_string(), "seconds": secs}))
         .collect::<Vec<_>>())

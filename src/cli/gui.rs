@@ -13,21 +13,50 @@ pub struct GuiArgs {
     /// (the app can switch back to the golden's filler weights).
     #[arg(long)]
     pub gguf: Option<PathBuf>,
-    /// Run every regime as soon as the golden is loaded.
+    /// Run every regime as soon as the golden is loaded (the default; kept for old scripts).
     #[arg(long)]
     pub run: bool,
+    /// Open idle: do not run the golden until asked.
+    #[arg(long, conflicts_with = "run")]
+    pub idle: bool,
     /// Select this capture (`regime/name`, e.g. `prefill12/L0.moe_indices`) once it has run.
     #[arg(long)]
     pub select: Option<String>,
     /// Show this detail view: values, topk, mask, hc or moe.
     #[arg(long)]
     pub view: Option<String>,
+    /// Start in this theme: dark or light (default: the remembered one, else dark).
+    #[arg(long)]
+    pub theme: Option<String>,
+    /// Window size in points, `WIDTHxHEIGHT` (default: the remembered size, else 1280x800).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Write a PNG of the window here once the run has finished and the selection shows, then
+    /// close (the README screenshots).
+    #[arg(long)]
+    pub screenshot: Option<PathBuf>,
+    /// Ignore what the last session remembered (last files, theme, views).
+    #[arg(long)]
+    pub fresh: bool,
     /// Another engine's dump to show as the test side beside the oracle (see `captures info`).
     #[arg(long)]
     pub captures: Option<PathBuf>,
     /// The name map of `--captures`: a shipped one or a TOML file.
     #[arg(long, default_value = "canonical")]
     pub map: String,
+}
+
+/// Parse `WIDTHxHEIGHT`.
+#[cfg(feature = "gui")]
+pub fn parse_size(s: &str) -> anyhow::Result<[f32; 2]> {
+    let bad = || anyhow::anyhow!("--size {s}: expected WIDTHxHEIGHT in points, e.g. 1280x800");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let w: f32 = w.trim().parse().map_err(|_| bad())?;
+    let h: f32 = h.trim().parse().map_err(|_| bad())?;
+    if !(200.0..=10000.0).contains(&w) || !(200.0..=10000.0).contains(&h) {
+        anyhow::bail!("--size {s}: each side must be between 200 and 10000 points");
+    }
+    Ok([w, h])
 }
 
 /// Open the window and block until it closes.
@@ -54,18 +83,26 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     }
     options.golden = args.golden;
     options.gguf = args.gguf;
-    options.run_on_start = args.run;
+    // `--run` is the default now; `--idle` opts out.
+    options.run_on_start = args.run || !args.idle;
     options.select_on_start = args.select;
     options.view_on_start = match args.view.as_deref() {
         None => None,
-        Some("values") => Some(DetailView::Values),
-        Some("topk") => Some(DetailView::TopK),
-        Some("mask") => Some(DetailView::WindowMask),
-        Some("hc") => Some(DetailView::HcMix),
-        Some("moe") => Some(DetailView::Moe),
-        Some(other) => anyhow::bail!("--view {other}: expected values, topk, mask, hc or moe"),
+        Some(v) => Some(DetailView::from_key(v).ok_or_else(|| {
+            anyhow::anyhow!("--view {v}: expected values, topk, mask, hc or moe")
+        })?),
     };
-    golden_lens::ui::run_native(options)?;
+    options.theme = match args.theme.as_deref() {
+        None => None,
+        Some(t) => Some(
+            golden_lens::ui::theme::ThemeChoice::from_key(t)
+                .ok_or_else(|| anyhow::anyhow!("--theme {t}: expected dark or light"))?,
+        ),
+    };
+    options.screenshot = args.screenshot;
+    options.fresh = args.fresh;
+    let size = args.size.as_deref().map(parse_size).transpose()?;
+    golden_lens::ui::run_native(options, size)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -65,8 +65,8 @@ impl Backend for ImportedBackend {
     }
 
     fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
-        let fail = |msg: String| BackendError::Invalid {
-            step: "begin".into(),
+        let fail = |msg: String| BackendError::Setup {
+            phase: "begin",
             msg,
         };
         let ri = self
@@ -102,7 +102,7 @@ impl Backend for ImportedBackend {
 
     fn run(&mut self, step: Step, sink: &mut Vec<Capture>) -> Result<(), BackendError> {
         let ri = self.current.ok_or_else(|| BackendError::Invalid {
-            step: step.to_string(),
+            step,
             msg: "run before begin".into(),
         })?;
         let regime = &self.joined.regimes[ri];

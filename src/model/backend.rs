@@ -124,12 +124,46 @@ impl Capture {
 pub enum BackendError {
     #[error("{step}: weight: {source}")]
     Weight {
-        step: String,
+        step: Step,
         #[source]
         source: crate::model::WeightError,
     },
     #[error("{step}: {msg}")]
-    Invalid { step: String, msg: String },
+    Invalid { step: Step, msg: String },
+    /// A pin of the wrong size for the selection it replaces.
+    #[error("{step}: {source}")]
+    Pin {
+        step: Step,
+        #[source]
+        source: PinSizeError,
+    },
+    /// `begin` refused the regime's tokens.
+    #[error("begin: {0}")]
+    Forward(#[from] crate::model::config::ForwardError),
+    /// Before any step ran: `begin` (the regime's tokens), seeding or pinning.
+    #[error("{phase}: {msg}")]
+    Setup { phase: &'static str, msg: String },
+}
+
+/// A pinned selection whose size is not the selection's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pinned top-k for layer {layer} has {got} values, expected {expected}")]
+pub struct PinSizeError {
+    pub layer: usize,
+    pub got: usize,
+    pub expected: usize,
+}
+
+impl BackendError {
+    /// The step that failed; `None` for a set-up failure before the first step.
+    pub fn step(&self) -> Option<Step> {
+        match self {
+            BackendError::Weight { step, .. }
+            | BackendError::Invalid { step, .. }
+            | BackendError::Pin { step, .. } => Some(*step),
+            BackendError::Forward(_) | BackendError::Setup { .. } => None,
+        }
+    }
 }
 
 /// The reference's full tensors, used to reseed a step's inputs and persistent state in
@@ -158,13 +192,13 @@ pub struct Pins {
 impl Pins {
     /// The pinned compressed top-k of layer `l` for `s` tokens of `k` picks, if any; a pin of
     /// another size is an error naming both sizes.
-    pub fn topk_for(&self, l: usize, s: usize, k: usize) -> Result<Option<&[i64]>, String> {
+    pub fn topk_for(&self, l: usize, s: usize, k: usize) -> Result<Option<&[i64]>, PinSizeError> {
         match self.topk_idxs.get(&l) {
-            Some(p) if p.len() != s * k => Err(format!(
-                "pinned top-k for layer {l} has {} values, expected {}",
-                p.len(),
-                s * k
-            )),
+            Some(p) if p.len() != s * k => Err(PinSizeError {
+                layer: l,
+                got: p.len(),
+                expected: s * k,
+            }),
             Some(p) => Ok(Some(p)),
             None => Ok(None),
         }

@@ -5,6 +5,20 @@
 use crate::golden::Fixture;
 
 /// A config that cannot drive the graph, with the field at fault.
+/// A forward the reference cannot run (ModelConfig::check_forward).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("a forward needs at least one token")]
+    NoTokens,
+    #[error(
+        "the reference decodes one token at a time after the first chunk \
+         ({n_tokens} tokens at position {start_pos})"
+    )]
+    ChunkAfterStart { n_tokens: usize, start_pos: usize },
+    #[error("positions up to {end} exceed max_seq_len {max_seq_len}")]
+    PastMaxSeqLen { end: usize, max_seq_len: usize },
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("model config: field `{field}`: {msg}")]
 pub struct ConfigError {
@@ -486,19 +500,22 @@ impl ModelConfig {
 
     /// Whether a forward of `n_tokens` at `start_pos` is one the reference can run: at least one
     /// token, one token at a time after the first chunk, and within `max_seq_len`.
-    pub fn check_forward(&self, n_tokens: usize, start_pos: usize) -> Result<(), String> {
+    pub fn check_forward(&self, n_tokens: usize, start_pos: usize) -> Result<(), ForwardError> {
         if n_tokens == 0 {
-            return Err("a forward needs at least one token".into());
+            return Err(ForwardError::NoTokens);
         }
         if start_pos > 0 && n_tokens != 1 {
-            return Err("the reference decodes one token at a time after the first chunk".into());
+            return Err(ForwardError::ChunkAfterStart {
+                n_tokens,
+                start_pos,
+            });
         }
-        if start_pos + n_tokens > self.max_seq_len {
-            return Err(format!(
-                "positions up to {} exceed max_seq_len {}",
-                start_pos + n_tokens,
-                self.max_seq_len
-            ));
+        let end = start_pos.saturating_add(n_tokens);
+        if end > self.max_seq_len {
+            return Err(ForwardError::PastMaxSeqLen {
+                end,
+                max_seq_len: self.max_seq_len,
+            });
         }
         Ok(())
     }

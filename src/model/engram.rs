@@ -234,10 +234,7 @@ pub fn engram_table_rows(
     li: usize,
     ids: &[i64],
 ) -> Result<(Vec<f32>, Vec<f32>), BackendError> {
-    let invalid = |msg: String| BackendError::Invalid {
-        step: step.to_string(),
-        msg,
-    };
+    let invalid = |msg: String| BackendError::Invalid { step, msg };
     let (hd, rows_n) = (cfg.head_dim, cfg.num_embeddings[li]);
     let rows: Vec<usize> = ids
         .iter()
@@ -261,10 +258,7 @@ pub fn engram_table_rows(
             )));
         }
     }
-    let werr = |source| BackendError::Weight {
-        step: step.to_string(),
-        source,
-    };
+    let werr = |source| BackendError::Weight { step, source };
     Ok((
         weights.rows(&table_name, &rows).map_err(werr)?,
         weights.rows(&scale_name, &rows).map_err(werr)?,

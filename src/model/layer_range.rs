@@ -44,7 +44,7 @@ pub enum LayerRangeError {
     },
     #[error("{step} is outside the layer range {first}-{last}")]
     StepOutside {
-        step: String,
+        step: Step,
         first: usize,
         last: usize,
     },
@@ -185,7 +185,7 @@ impl LayerRange {
     pub fn check_step(&self, step: Step) -> Result<(), LayerRangeError> {
         match step.layer() {
             Some(l) if !self.contains(l) => Err(LayerRangeError::StepOutside {
-                step: step.to_string(),
+                step,
                 first: self.first,
                 last: self.last,
             }),

@@ -20,9 +20,10 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use backend::{
-    Backend, BackendError, Capture, CaptureDtype, CaptureValues, Pins, SeedTensors, Step,
+    Backend, BackendError, Capture, CaptureDtype, CaptureValues, PinSizeError, Pins, SeedTensors,
+    Step,
 };
-pub use config::{ConfigError, EngramConfig, LayerRole, ModelConfig, ScoreFunc};
+pub use config::{ConfigError, EngramConfig, ForwardError, LayerRole, ModelConfig, ScoreFunc};
 pub use engram::EngramTables;
 pub use gguf_source::{GgufModel, GgufModelError, GgufSource};
 pub use layer_range::{LayerRange, LayerRangeError};

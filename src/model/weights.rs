@@ -114,10 +114,7 @@ pub fn embedding_rows(
     step: super::Step,
     ids: &[i64],
 ) -> Result<Vec<f32>, super::BackendError> {
-    let invalid = |msg: String| super::BackendError::Invalid {
-        step: step.to_string(),
-        msg,
-    };
+    let invalid = |msg: String| super::BackendError::Invalid { step, msg };
     let rows: Vec<usize> = ids
         .iter()
         .map(|&id| {
@@ -136,10 +133,7 @@ pub fn embedding_rows(
     }
     weights
         .rows("embed.weight", &rows)
-        .map_err(|source| super::BackendError::Weight {
-            step: step.to_string(),
-            source,
-        })
+        .map_err(|source| super::BackendError::Weight { step, source })
 }
 
 /// Element `i` of a filler parameter in its stored precision (spec §4.1: f64 formula, f32 cast,
@@ -509,10 +503,7 @@ pub fn stream_rows(
     max_bytes: usize,
     mut f: impl FnMut(usize, &[f32]) -> Result<(), super::BackendError>,
 ) -> Result<(), super::BackendError> {
-    let werr = |source| super::BackendError::Weight {
-        step: step.to_string(),
-        source,
-    };
+    let werr = |source| super::BackendError::Weight { step, source };
     check_shape(weights.shape(name), &weights.describe(), name, &shape).map_err(werr)?;
     for range in row_chunks(shape[0], shape[1], max_bytes) {
         let r0 = range.start;

@@ -262,7 +262,7 @@ impl Oracle {
             } else if let Some(p) = self
                 .pins
                 .topk_for(l, s, cfg.index_topk.min(compress_len))
-                .map_err(|m| invalid(step, m))?
+                .map_err(|source| BackendError::Pin { step, source })?
                 .map(<[i64]>::to_vec)
             {
                 self.indexer(step, l, x, qr, latent.as_deref(), offset)?;

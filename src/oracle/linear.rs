@@ -47,10 +47,7 @@ pub fn linear<'w>(
     name: &str,
     shape: [usize; 2],
 ) -> Result<Linear<'w>, BackendError> {
-    let wrap = |source: WeightError| BackendError::Weight {
-        step: step.to_string(),
-        source,
-    };
+    let wrap = |source: WeightError| BackendError::Weight { step, source };
     match weights.stored_matrix(name) {
         Some(Ok(s)) if [s.rows(), s.cols()] == shape => Ok(Linear::Stored(s)),
         Some(Ok(s)) => Err(wrap(WeightError::Shape {

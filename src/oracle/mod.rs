@@ -53,7 +53,7 @@ pub struct Oracle {
 
 fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
     BackendError::Invalid {
-        step: step.to_string(),
+        step,
         msg: msg.into(),
     }
 }
@@ -159,10 +159,7 @@ impl Oracle {
     fn w(&self, step: Step, name: &str, shape: &[usize]) -> Result<Arc<Vec<f32>>, BackendError> {
         self.weights
             .expect(name, shape)
-            .map_err(|source| BackendError::Weight {
-                step: step.to_string(),
-                source,
-            })
+            .map_err(|source| BackendError::Weight { step, source })
     }
 
     fn rope(&self, l: usize) -> &RopeTable {
@@ -680,9 +677,7 @@ impl Backend for Oracle {
     }
 
     fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
-        self.cfg
-            .check_forward(ids.len(), start_pos)
-            .map_err(|msg| invalid(Step::EngramHash, msg))?;
+        self.cfg.check_forward(ids.len(), start_pos)?;
         self.ids = ids.to_vec();
         self.sp = start_pos;
         self.hashes.clear();

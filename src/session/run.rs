@@ -234,7 +234,7 @@ impl RunRecord {
 
     /// Seconds summed over the run per step kind and backend, in run order (`Block(3)` sums
     /// that block over every regime).
-    pub fn seconds_by_step(&self) -> Vec<(Step, Vec<f64>)> {
+    pub fn seconds_per_kind(&self) -> Vec<(Step, Vec<f64>)> {
         let n = self.backends.len();
         let mut out: Vec<(Step, Vec<f64>)> = Vec::new();
         for t in &self.timings {

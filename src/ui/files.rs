@@ -2,7 +2,7 @@
 //! thread (without a desktop portal they fail with a message instead of hanging the UI), and
 //! dropped files become open commands.
 
-use super::commands::{FileKind, UiCommand};
+use super::commands::{FileKind, UiCommand, UiCommandSender};
 use crate::golden::embedded::{default_golden, DEFAULT_GOLDEN_JSON, DEFAULT_GOLDEN_LABEL};
 use crate::golden::Golden;
 use crate::session::export::content_hash_hex;
@@ -36,8 +36,13 @@ pub enum FileJob {
     Gguf(Result<OpenedGguf, String>),
     Picked(FileKind, PathBuf),
     DialogFailed(String),
-    /// The self-test table, or why it could not run.
-    Selftest(Result<Vec<crate::session::selftest::SelftestRow>, String>),
+    /// The self-test table of request `generation`, or why it could not run.
+    Selftest {
+        generation: u64,
+        result: Result<Vec<crate::session::selftest::SelftestRow>, String>,
+    },
+    /// An export finished: what was written, or why not (naming the file).
+    Exported(Result<String, String>),
     /// A determinism run of request `generation`, or why it could not run.
     Determinism {
         generation: u64,
@@ -115,10 +120,11 @@ pub fn run_determinism_async(
 pub fn run_selftest_async(
     golden: Arc<Golden>,
     with_gpu: bool,
-    tx: std::sync::mpsc::Sender<FileJob>,
-    ctx: Option<eframe::egui::Context>,
+    generation: u64,
+    tx: Sender<FileJob>,
+    ctx: Option<egui::Context>,
 ) {
-    std::thread::spawn(move || {
+    spawn("self-test", move || {
         use crate::session::selftest::{default_targets, run_oracle_selftest};
         let result = run_oracle_selftest(&golden, &default_targets()).map_err(|e| e.to_string());
         #[cfg(feature = "gpu")]
@@ -134,11 +140,85 @@ pub fn run_selftest_async(
         });
         #[cfg(not(feature = "gpu"))]
         let _ = with_gpu;
-        let _ = tx.send(FileJob::Selftest(result));
-        if let Some(c) = ctx {
-            c.request_repaint();
-        }
+        let _ = tx.send(FileJob::Selftest { generation, result });
+        wake(&ctx);
     });
+}
+
+/// Write the failing captures JSON on a worker thread and report a [`FileJob::Exported`].
+pub fn export_failing_async(
+    path: PathBuf,
+    golden: Arc<Golden>,
+    failing: Vec<crate::session::controller::CaptureResult>,
+    provenance: crate::session::export::Provenance,
+    tx: Sender<FileJob>,
+    ctx: Option<egui::Context>,
+) {
+    spawn("export", move || {
+        let result =
+            crate::session::export::write_failing_captures(&path, &golden, &failing, &provenance)
+                .map(|n| format!("exported {n} failing captures to {}", path.display()))
+                .map_err(|e| format!("export failed: {e}"));
+        let _ = tx.send(FileJob::Exported(result));
+        wake(&ctx);
+    });
+}
+
+/// Write one capture as `.npy` on a worker thread and report a [`FileJob::Exported`].
+pub fn export_npy_async(
+    path: PathBuf,
+    label: String,
+    shape: Vec<usize>,
+    values: Arc<crate::model::CaptureValues>,
+    tx: Sender<FileJob>,
+    ctx: Option<egui::Context>,
+) {
+    spawn("export", move || {
+        let result = crate::session::export::write_npy(&path, &shape, &values)
+            .map(|()| format!("exported {label} to {}", path.display()))
+            .map_err(|e| format!("export .npy failed: {e}"));
+        let _ = tx.send(FileJob::Exported(result));
+        wake(&ctx);
+    });
+}
+
+/// Errors writing a screenshot.
+#[derive(Debug, thiserror::Error)]
+pub enum ScreenshotError {
+    #[error("{path}: the screenshot is {width}x{height} pixels but holds {pixels} pixels")]
+    Size {
+        path: String,
+        width: usize,
+        height: usize,
+        pixels: usize,
+    },
+    #[error("{path}: cannot write the PNG: {source}")]
+    Write {
+        path: String,
+        source: image::ImageError,
+    },
+}
+
+/// Write an egui image as a PNG.
+pub fn write_png(path: &std::path::Path, image: &egui::ColorImage) -> Result<(), ScreenshotError> {
+    let [w, h] = image.size;
+    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
+    let size_err = || ScreenshotError::Size {
+        path: path.display().to_string(),
+        width: w,
+        height: h,
+        pixels: image.pixels.len(),
+    };
+    let (wu, hu) = (
+        u32::try_from(w).map_err(|_| size_err())?,
+        u32::try_from(h).map_err(|_| size_err())?,
+    );
+    let buf = image::RgbaImage::from_raw(wu, hu, bytes).ok_or_else(size_err)?;
+    buf.save_with_format(path, image::ImageFormat::Png)
+        .map_err(|source| ScreenshotError::Write {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// The embedded default golden as a loaded golden.
@@ -262,13 +342,13 @@ pub fn pick_file_async(kind: FileKind, tx: Sender<FileJob>, ctx: Option<egui::Co
     });
 }
 
-/// Turn files dropped on the window into open commands, and show a hint while hovering.
-pub fn dropped_files_ui(ui: &egui::Ui, commands: &mut Vec<UiCommand>) {
-    let dropped = ui.ctx().input(|i| i.raw.dropped_files.clone());
+/// Turn files dropped on the window into open commands.
+pub fn dropped_files_ui(ctx: &egui::Context, tx: &dyn UiCommandSender) {
+    let dropped = ctx.input(|i| i.raw.dropped_files.clone());
     for f in dropped {
         let p = f.path();
         if !p.as_os_str().is_empty() {
-            commands.push(UiCommand::OpenPath(p.to_path_buf()));
+            tx.send_ui(UiCommand::OpenPath(p.to_path_buf()));
         }
     }
 }

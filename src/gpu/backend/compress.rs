@@ -55,7 +55,11 @@ impl GpuBackend {
                 (0, None)
             } else {
                 let (k, t) = self.indexer(step, l, x, qr, latent.as_ref(), offset)?;
-                match self.pins.topk_for(l, s, k).map_err(|m| invalid(step, m))? {
+                match self
+                    .pins
+                    .topk_for(l, s, k)
+                    .map_err(|source| BackendError::Pin { step, source })?
+                {
                     Some(p) => {
                         let f: Vec<f32> = p.iter().map(|&i| i as f32).collect();
                         (k, Some(self.gpu.upload("pinned topk", &f).map_err(&e)?))

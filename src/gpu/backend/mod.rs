@@ -99,14 +99,14 @@ pub struct GpuBackend {
 
 fn berr(step: Step) -> impl Fn(GpuError) -> BackendError {
     move |e| BackendError::Invalid {
-        step: step.to_string(),
+        step,
         msg: format!("gpu: {e}"),
     }
 }
 
 fn invalid(step: Step, msg: impl Into<String>) -> BackendError {
     BackendError::Invalid {
-        step: step.to_string(),
+        step,
         msg: msg.into(),
     }
 }
@@ -248,9 +248,7 @@ impl Backend for GpuBackend {
     }
 
     fn begin(&mut self, ids: &[i64], start_pos: usize) -> Result<(), BackendError> {
-        self.cfg
-            .check_forward(ids.len(), start_pos)
-            .map_err(|msg| invalid(Step::EngramHash, msg))?;
+        self.cfg.check_forward(ids.len(), start_pos)?;
         if !self.current.is_empty() {
             self.previous = std::mem::take(&mut self.current);
         }

@@ -15,10 +15,7 @@ impl GpuBackend {
     ) -> Result<Arc<Vec<f32>>, BackendError> {
         self.weights
             .expect(name, shape)
-            .map_err(|source| BackendError::Weight {
-                step: step.to_string(),
-                source,
-            })
+            .map_err(|source| BackendError::Weight { step, source })
     }
 
     /// A weight `[shape[0], rest]` on the device (cached; chunked above the binding limit).

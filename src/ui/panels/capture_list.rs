@@ -1,64 +1,193 @@
-//! The capture list: grouped by regime and layer, filtered by name and failing-only, with shape,
-//! kind, worst error, tolerance, ratio and a verdict per comparison (plus the top-k triage counts
-//! of index captures, and marks for captures over their error budget or breaking invariants). Only visible rows are laid out, so thousands of captures stay cheap.
+//! The capture list: one line per capture (name, shape, a status chip per comparison with
+//! colour *and* text, a small log-scale bar of error/tolerance, and marks for captures over
+//! their error budget or breaking invariants), grouped by regime and layer in groups that fold,
+//! filtered by name, kind, layer and verdict, sortable by ratio. `n`/`p` jump to the next or
+//! previous failing capture and the arrow keys move the selection (handled by the app). Only
+//! visible rows are laid out, so thousands of captures stay cheap.
 
+use crate::golden::compare::Comparison;
+use crate::golden::names::{parse_capture_name, CaptureKind};
 use crate::session::controller::CaptureResult;
-use crate::ui::app::GoldenLensApp;
-use crate::ui::commands::UiCommand;
-use crate::ui::theme;
+use crate::ui::app::AppState;
+use crate::ui::commands::{ListFilter, ListSort, UiCommand, UiCommandSender, VerdictFilter};
+use crate::ui::theme::{self, Palette};
 use eframe::egui;
+use std::collections::HashSet;
 
-/// One line of the list: a group header or a capture (index into the results).
+/// One line of the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListRow {
-    Header(String),
+    /// A regime (level 0) or layer group (level 1) header.
+    Header {
+        key: String,
+        title: String,
+        level: usize,
+        captures: usize,
+        failing: usize,
+        open: bool,
+    },
+    /// A capture (index into the results).
     Capture(usize),
 }
 
-/// The group a capture belongs to: `regime · layer N`, `regime · shared LN` or `regime · model`.
+/// The layer group of a capture inside its regime: `layer N`, `shared LN` or `model`.
 pub fn group_of(r: &CaptureResult) -> String {
-    let parsed = crate::golden::names::parse_capture_name(&r.name);
+    let parsed = parse_capture_name(&r.name);
     match (parsed.layer, parsed.shared) {
-        (Some(l), false) => format!("{} · layer {l}", r.regime),
-        (Some(l), true) => format!("{} · shared L{l}", r.regime),
-        (None, _) => format!("{} · model", r.regime),
+        (Some(l), false) => format!("layer {l}"),
+        (Some(l), true) => format!("shared L{l}"),
+        (None, _) => "model".into(),
     }
 }
 
-/// The rows to show for `results` under the filters, headers inserted where the group changes.
-pub fn list_rows(results: &[CaptureResult], filter: &str, failing_only: bool) -> Vec<ListRow> {
-    let needle = filter.trim().to_lowercase();
+/// The fold key of a regime header.
+pub fn regime_key(r: &CaptureResult) -> String {
+    format!("regime:{}", r.regime)
+}
+
+/// The fold key of a layer group header.
+pub fn group_key(r: &CaptureResult) -> String {
+    format!("group:{}:{}", r.regime, group_of(r))
+}
+
+/// Unfold the groups that hold `r`.
+pub fn unfold_for(r: &CaptureResult, collapsed: &mut HashSet<String>) {
+    collapsed.remove(&regime_key(r));
+    collapsed.remove(&group_key(r));
+}
+
+/// Whether some comparison of `r` is not bit-exact.
+fn not_bit_exact(r: &CaptureResult) -> bool {
+    r.comparisons().iter().any(|(_, c)| !c.bit_exact)
+}
+
+/// Whether `r` passes the filter.
+pub fn matches(r: &CaptureResult, f: &ListFilter) -> bool {
+    let needle = f.name.trim().to_lowercase();
+    if !needle.is_empty() && !r.label().to_lowercase().contains(&needle) {
+        return false;
+    }
+    if f.kind.is_some_and(|k| k != r.kind) {
+        return false;
+    }
+    if let Some(layer) = f.layer {
+        if parse_capture_name(&r.name).layer != layer {
+            return false;
+        }
+    }
+    match f.verdict {
+        VerdictFilter::All => true,
+        VerdictFilter::Failing => !r.pass(),
+        VerdictFilter::Passing => r.pass(),
+        VerdictFilter::NotBitExact => r.pass() && not_bit_exact(r),
+    }
+}
+
+/// The captures the filter keeps, in the list's order (folds ignored).
+pub fn list_order(results: &[CaptureResult], f: &ListFilter) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..results.len())
+        .filter(|&i| matches(&results[i], f))
+        .collect();
+    if f.sort == ListSort::RatioDescending {
+        order.sort_by(|&a, &b| {
+            results[b]
+                .worst_ratio()
+                .total_cmp(&results[a].worst_ratio())
+                .then(a.cmp(&b))
+        });
+    }
+    order
+}
+
+/// The rows to show: headers where the regime or layer group changes (execution order only),
+/// captures of folded groups left out.
+pub fn list_rows(
+    results: &[CaptureResult],
+    f: &ListFilter,
+    collapsed: &HashSet<String>,
+) -> Vec<ListRow> {
+    let order = list_order(results, f);
+    if f.sort == ListSort::RatioDescending {
+        return order.into_iter().map(ListRow::Capture).collect();
+    }
+    // Counts per header first (a header shows how many captures it folds away).
+    let mut counts: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for &i in &order {
+        let r = &results[i];
+        let failing = usize::from(!r.pass());
+        for k in [regime_key(r), group_key(r)] {
+            let e = counts.entry(k).or_default();
+            e.0 += 1;
+            e.1 += failing;
+        }
+    }
     let mut rows = Vec::new();
-    let mut last_group = String::new();
-    for (i, r) in results.iter().enumerate() {
-        if failing_only && r.pass() {
+    let (mut last_regime, mut last_group) = (String::new(), String::new());
+    for i in order {
+        let r = &results[i];
+        let rk = regime_key(r);
+        let gk = group_key(r);
+        if rk != last_regime {
+            let (captures, failing) = counts.get(&rk).copied().unwrap_or_default();
+            rows.push(ListRow::Header {
+                key: rk.clone(),
+                title: r.regime.clone(),
+                level: 0,
+                captures,
+                failing,
+                open: !collapsed.contains(&rk),
+            });
+            last_regime = rk.clone();
+            last_group.clear();
+        }
+        if collapsed.contains(&rk) {
             continue;
         }
-        if !needle.is_empty() && !r.label().to_lowercase().contains(&needle) {
-            continue;
+        if gk != last_group {
+            let (captures, failing) = counts.get(&gk).copied().unwrap_or_default();
+            rows.push(ListRow::Header {
+                key: gk.clone(),
+                title: group_of(r),
+                level: 1,
+                captures,
+                failing,
+                open: !collapsed.contains(&gk),
+            });
+            last_group = gk.clone();
         }
-        let g = group_of(r);
-        if g != last_group {
-            rows.push(ListRow::Header(g.clone()));
-            last_group = g;
+        if !collapsed.contains(&gk) {
+            rows.push(ListRow::Capture(i));
         }
-        rows.push(ListRow::Capture(i));
     }
     rows
 }
 
+/// The captures that are visible (not filtered out, not folded), in order.
+pub fn visible_captures(
+    results: &[CaptureResult],
+    f: &ListFilter,
+    collapsed: &HashSet<String>,
+) -> Vec<usize> {
+    list_rows(results, f, collapsed)
+        .into_iter()
+        .filter_map(|r| match r {
+            ListRow::Capture(i) => Some(i),
+            ListRow::Header { .. } => None,
+        })
+        .collect()
+}
+
 /// The short verdicts of every comparison: `cpu vs golden: pass`, ...
 pub fn verdicts(r: &CaptureResult) -> String {
-    r.comparisons()
+    pair_states(r)
         .iter()
-        .map(|(name, c)| format!("{name}: {}", if c.pass { "pass" } else { "FAIL" }))
+        .map(|(name, s, _)| format!("{name}: {}", s.word()))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The top-k triage counts of an index capture, compact (the list is narrow): `top-k Δ1/12:
-/// 1 tie flip, 0 near tie, 0 real`, the test backend named when there are several; None for
-/// captures without triage.
+/// The top-k triage counts of an index capture, compact (`top-k Δ1/12: 1 tie flip, 0 near
+/// tie, 0 real`), the test backend named when there are several; None without triage.
 pub fn triage_counts(r: &CaptureResult) -> Option<String> {
     let several = r.triages().count() > 1;
     let parts: Vec<String> = r
@@ -83,7 +212,7 @@ pub fn triage_counts(r: &CaptureResult) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-/// The marks of a capture beside its verdicts: `over budget` when a backend's error against the
+/// The marks of a capture beside its chips: `over budget` when a backend's error against the
 /// golden exceeds the capture's error budget, `invariants: N violated` when the backends' own
 /// captures break the graph's invariants (both in words, never colour alone).
 pub fn marks(r: &CaptureResult) -> Vec<String> {
@@ -98,87 +227,567 @@ pub fn marks(r: &CaptureResult) -> Vec<String> {
     out
 }
 
+/// The name a row shows: without the layer prefix its group header already names (execution
+/// order), or the whole `regime/name` (sorted by ratio, no groups).
+pub fn row_name(r: &CaptureResult, sort: ListSort) -> String {
+    match sort {
+        ListSort::Execution => parse_capture_name(&r.name).base,
+        ListSort::RatioDescending => r.label(),
+    }
+}
+
+/// A shape as the list shows it: `1×12×64`.
+pub fn short_shape(shape: &[usize]) -> String {
+    if shape.is_empty() {
+        return "scalar".into();
+    }
+    shape
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join("×")
+}
+
+/// What a chip says about one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChipState {
+    /// Bit-exact.
+    Exact,
+    /// Within the policy.
+    Pass,
+    /// Outside the policy, but the test backend's own top-k tie rule explains it (reported,
+    /// not failed).
+    TieFlip,
+    Fail,
+    /// The pair was not compared for this capture.
+    None,
+}
+
+impl ChipState {
+    /// The state of comparison `c` (`tie_flip`: a cross comparison the tie rule explains).
+    pub fn of(c: Option<&Comparison>, tie_flip: bool) -> ChipState {
+        match c {
+            None => ChipState::None,
+            Some(c) if c.pass && c.bit_exact => ChipState::Exact,
+            Some(c) if c.pass => ChipState::Pass,
+            Some(_) if tie_flip => ChipState::TieFlip,
+            Some(_) => ChipState::Fail,
+        }
+    }
+    /// The chip's text (also the verdict word of its accessibility label).
+    pub fn word(self) -> &'static str {
+        match self {
+            ChipState::Exact => "exact",
+            ChipState::Pass => "pass",
+            ChipState::TieFlip => "tie flip",
+            ChipState::Fail => "FAIL",
+            ChipState::None => "not compared",
+        }
+    }
+    /// The chip's colour.
+    pub fn color(self, p: &Palette) -> egui::Color32 {
+        match self {
+            ChipState::Exact => p.chip_exact_bg,
+            ChipState::Pass => p.chip_pass_bg,
+            ChipState::TieFlip => p.chip_warn_bg,
+            ChipState::Fail => p.chip_fail_bg,
+            ChipState::None => p.chip_none_bg,
+        }
+    }
+    /// The short text drawn on the chip.
+    pub fn short(self) -> &'static str {
+        match self {
+            ChipState::TieFlip => "tie",
+            ChipState::None => "—",
+            s => s.word(),
+        }
+    }
+}
+
+/// Every comparison of `r` with its chip state, by pair name.
+pub fn pair_states(r: &CaptureResult) -> Vec<(String, ChipState, Option<&Comparison>)> {
+    let mut out = Vec::new();
+    for b in &r.per_backend {
+        if let Some(c) = &b.vs_golden {
+            out.push((
+                format!("{} vs golden", b.backend),
+                ChipState::of(Some(c), false),
+                Some(c),
+            ));
+        }
+    }
+    for x in &r.cross {
+        out.push((
+            format!("{} vs {}", x.test, x.reference),
+            ChipState::of(Some(&x.cmp), x.tie_flip),
+            Some(&x.cmp),
+        ));
+    }
+    out
+}
+
+/// Where ratio `ratio` sits on the list's log bar, 0..1 (`None` for a ratio of 0).
+pub fn bar_fraction(ratio: f64) -> Option<f64> {
+    if ratio == 0.0 {
+        return None;
+    }
+    if !ratio.is_finite() {
+        return Some(1.0);
+    }
+    let span = theme::RATIO_BAR_DECADES_BELOW + theme::RATIO_BAR_DECADES_ABOVE;
+    Some(((ratio.log10() + theme::RATIO_BAR_DECADES_BELOW) / span).clamp(0.02, 1.0))
+}
+
+/// The comparison names in the order the chips show them (every comparison any capture has).
+pub fn pair_names(results: &[CaptureResult]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in results.iter().take(64) {
+        for (n, _) in r.comparisons() {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// A short form of a pair name for the chip header: `cpu·G`, `gpu·cpu`.
+pub fn short_pair(name: &str) -> String {
+    match name.split_once(" vs ") {
+        Some((a, "golden")) => format!("{a}·G"),
+        Some((a, b)) => format!("{a}·{b}"),
+        None => name.to_string(),
+    }
+}
+
+fn kind_label(k: Option<CaptureKind>) -> &'static str {
+    k.map_or("any", CaptureKind::label)
+}
+
+/// The filter row.
+fn filter_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let mut f = state.list.clone();
+    // Label and control pairs in a grid: they never wrap apart; in a narrow list the grid
+    // scrolls sideways instead of widening the list.
+    egui::ScrollArea::horizontal()
+        .id_salt("list filters")
+        .auto_shrink([false, true])
+        .show(ui, |ui| filter_grid_ui(ui, &mut f, state));
+    if f != state.list {
+        tx.send_ui(UiCommand::SetListFilter(f));
+    }
+}
+
+fn filter_grid_ui(ui: &mut egui::Ui, f: &mut ListFilter, state: &AppState) {
+    let kinds = [
+        None,
+        Some(CaptureKind::Bf16),
+        Some(CaptureKind::F32),
+        Some(CaptureKind::Index),
+        Some(CaptureKind::Mask),
+        Some(CaptureKind::Hash),
+        Some(CaptureKind::Ids),
+    ];
+    let n_layers = state
+        .golden
+        .as_ref()
+        .map_or(0, |g| g.golden.fixture.n_layers);
+    let layer_text = |l: Option<Option<usize>>| match l {
+        None => "any".to_string(),
+        Some(None) => "none".to_string(),
+        Some(Some(l)) => format!("layer {l}"),
+    };
+    egui::Grid::new("list_filters")
+        .num_columns(4)
+        .spacing([4.0, 2.0])
+        .show(ui, |ui| {
+            let label = ui.label("Filter:");
+            ui.add(
+                egui::TextEdit::singleline(&mut f.name)
+                    .hint_text("name contains…")
+                    .desired_width(FILTER_COMBO_WIDTH_PT),
+            )
+            .labelled_by(label.id);
+            let kl = ui.label("Kind:");
+            egui::ComboBox::from_id_salt("list_kind")
+                .width(FILTER_COMBO_WIDTH_PT)
+                .selected_text(kind_label(f.kind))
+                .show_ui(ui, |ui| {
+                    for k in kinds {
+                        ui.selectable_value(&mut f.kind, k, kind_label(k));
+                    }
+                })
+                .response
+                .labelled_by(kl.id);
+            ui.end_row();
+            let ll = ui.label("Layer:");
+            egui::ComboBox::from_id_salt("list_layer")
+                .width(FILTER_COMBO_WIDTH_PT)
+                .selected_text(layer_text(f.layer))
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut f.layer, None, layer_text(None));
+                    ui.selectable_value(&mut f.layer, Some(None), layer_text(Some(None)));
+                    for l in 0..n_layers {
+                        ui.selectable_value(&mut f.layer, Some(Some(l)), layer_text(Some(Some(l))));
+                    }
+                })
+                .response
+                .labelled_by(ll.id);
+            let vl = ui.label("Verdict:");
+            egui::ComboBox::from_id_salt("list_verdict")
+                .width(FILTER_COMBO_WIDTH_PT)
+                .selected_text(f.verdict.label())
+                .show_ui(ui, |ui| {
+                    for v in VerdictFilter::ALL {
+                        ui.selectable_value(&mut f.verdict, v, v.label());
+                    }
+                })
+                .response
+                .labelled_by(vl.id);
+            ui.end_row();
+            let sl = ui.label("Sort:");
+            egui::ComboBox::from_id_salt("list_sort")
+                .width(FILTER_COMBO_WIDTH_PT)
+                .selected_text(f.sort.label())
+                .show_ui(ui, |ui| {
+                    for s in [ListSort::Execution, ListSort::RatioDescending] {
+                        ui.selectable_value(&mut f.sort, s, s.label());
+                    }
+                })
+                .response
+                .labelled_by(sl.id);
+            ui.end_row();
+        });
+}
+
+/// Width of the filter's text field and combo boxes.
+const FILTER_COMBO_WIDTH_PT: f32 = 72.0;
+
 /// Draw the list.
-pub fn capture_list_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
-    ui.heading("Captures");
-    ui.horizontal(|ui| {
-        let label = ui.label("Filter:");
-        ui.add(
-            egui::TextEdit::singleline(&mut app.list.filter)
-                .hint_text("name contains…")
-                .desired_width(180.0),
+pub fn capture_list_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let palette = theme::palette(ui.ctx());
+    ui.horizontal_wrapped(|ui| {
+        ui.heading("Captures");
+        ui.weak("n / p: next / previous failing; arrow keys move");
+    });
+    filter_ui(ui, state, tx);
+    let rows = list_rows(&state.results, &state.list, &state.collapsed);
+    let shown = rows
+        .iter()
+        .filter(|r| matches!(r, ListRow::Capture(_)))
+        .count();
+    let matching = list_order(&state.results, &state.list).len();
+    let failing = state.results.iter().filter(|r| !r.pass()).count();
+    ui.label(format!(
+        "{matching} of {} captures match ({shown} shown), {failing} failing",
+        state.results.len()
+    ));
+    let pairs = pair_names(&state.results);
+    let mono = egui::FontId::monospace(theme::LIST_FONT_PT);
+    let glyph = ui.ctx().fonts_mut(|f| f.glyph_width(&mono, '0'));
+    let sort = state.list.sort;
+    let name_chars = rows
+        .iter()
+        .filter_map(|r| match r {
+            ListRow::Capture(i) => Some(row_name(&state.results[*i], sort).chars().count()),
+            ListRow::Header { .. } => None,
+        })
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let name_w = glyph * name_chars as f32 + 10.0;
+    let shape_chars = rows
+        .iter()
+        .filter_map(|r| match r {
+            ListRow::Capture(i) => Some(short_shape(&state.results[*i].shape).chars().count()),
+            ListRow::Header { .. } => None,
+        })
+        .max()
+        .unwrap_or(5);
+    let shape_w = glyph * shape_chars as f32 + 6.0;
+    let indent = if state.list.sort == ListSort::Execution {
+        2.0 * theme::LIST_INDENT_PT
+    } else {
+        0.0
+    };
+    let row_h = theme::LIST_ROW_HEIGHT_PT;
+    // The column header names the chips; it scrolls sideways with the rows (their offset of
+    // the last frame), its own scroll bar hidden.
+    let header_id = ui.scope_id().with("capture header");
+    let x_offset: f32 = ui.data(|d| d.get_temp(header_id).unwrap_or(0.0));
+    egui::ScrollArea::horizontal()
+        .id_salt("capture header")
+        .auto_shrink([false, true])
+        .horizontal_scroll_offset(x_offset)
+        .scroll_bar_visibility(egui::scroll_area::ScrollBarVisibility::AlwaysHidden)
+        .scroll_source(egui::scroll_area::ScrollSource::NONE)
+        .show(ui, |ui| {
+            column_header_ui(ui, &pairs, indent, name_w, shape_w)
+        });
+    ui.separator();
+    // Scroll to a selection made by keyboard or elsewhere when it is not in view.
+    let scroll_id = ui.scope_id().with("capture rows");
+    let (last_serial, last_range): (u64, Option<(usize, usize)>) = ui.data(|d| {
+        (
+            d.get_temp(scroll_id.with("serial")).unwrap_or(0),
+            d.get_temp(scroll_id.with("range")),
         )
-        .labelled_by(label.id);
-        ui.checkbox(&mut app.list.failing_only, "Failing only");
     });
-    let rows = list_rows(&app.results, &app.list.filter, app.list.failing_only);
-    ui.label(format!("{} rows", rows.len()));
-    ui.horizontal(|ui| {
-        ui.add_sized(
-            [190.0, 14.0],
-            egui::Label::new(egui::RichText::new("capture").weak()),
-        );
-        ui.add_sized(
-            [70.0, 14.0],
-            egui::Label::new(egui::RichText::new("shape").weak()),
-        );
-        ui.add_sized(
-            [40.0, 14.0],
-            egui::Label::new(egui::RichText::new("kind").weak()),
-        );
-        ui.weak("worst err / tol = ratio, verdict");
-    });
-    let row_h = ui.spacing().interact_size.y;
-    let mut clicked = None;
-    egui::ScrollArea::vertical()
-        .auto_shrink([false, false])
-        .show_rows(ui, row_h, rows.len(), |ui, range| {
-            for row in &rows[range] {
-                match row {
-                    ListRow::Header(g) => {
-                        ui.add_sized(
-                            [ui.available_width(), row_h],
-                            egui::Label::new(egui::RichText::new(g).strong()),
-                        );
-                    }
-                    ListRow::Capture(i) => {
-                        let r = &app.results[*i];
-                        ui.horizontal(|ui| {
-                            let selected = app.selected == Some(*i);
-                            let resp = ui.add_sized(
-                                [190.0, row_h],
-                                egui::Button::selectable(selected, r.label()),
-                            );
-                            if resp.clicked() {
-                                clicked = Some(*i);
-                            }
-                            ui.add_sized(
-                                [70.0, row_h],
-                                egui::Label::new(format!("{:?}", r.shape)).truncate(),
-                            );
-                            ui.add_sized([40.0, row_h], egui::Label::new(r.kind.label()));
-                            let worst = r.per_backend.first().and_then(|b| b.vs_golden.as_ref());
-                            let numbers = match worst {
-                                Some(c) => format!(
-                                    "{:.1e} / {:.1e} = {:.2}",
-                                    c.max_abs_err, c.tol, c.worst_ratio
-                                ),
-                                None => "not in golden".into(),
-                            };
-                            ui.label(numbers);
-                            ui.colored_label(theme::verdict_color(r.pass()), verdicts(r));
-                            if let Some(t) = triage_counts(r) {
-                                ui.label(t);
-                            }
-                            for mark in marks(r) {
-                                ui.colored_label(theme::FAIL, mark);
-                            }
-                        });
-                    }
+    let mut area = egui::ScrollArea::both()
+        .id_salt("capture rows")
+        .auto_shrink([false, false]);
+    if state.selection_serial != last_serial {
+        ui.data_mut(|d| d.insert_temp(scroll_id.with("serial"), state.selection_serial));
+        if let Some(row) = state
+            .selected
+            .and_then(|sel| rows.iter().position(|r| *r == ListRow::Capture(sel)))
+        {
+            let in_view = last_range.is_some_and(|(a, b)| row > a && row + 1 < b);
+            if !in_view {
+                let spacing = ui.spacing().item_spacing.y;
+                let visible_rows = (ui.available_height() / (row_h + spacing)).max(1.0);
+                let top = (row as f32 - visible_rows / 2.0).max(0.0);
+                area = area.vertical_scroll_offset(top * (row_h + spacing));
+            }
+        }
+    }
+    let mut range_seen = None;
+    let out = area.show_rows(ui, row_h, rows.len(), |ui, range| {
+        ui.spacing_mut().item_spacing.x = LIST_ITEM_SPACING_PT;
+        range_seen = Some((range.start, range.end));
+        for row in &rows[range] {
+            match row {
+                ListRow::Header {
+                    key,
+                    title,
+                    level,
+                    captures,
+                    failing,
+                    open,
+                } => header_ui(
+                    ui, palette, key, title, *level, *captures, *failing, *open, tx,
+                ),
+                ListRow::Capture(i) => {
+                    capture_row_ui(ui, palette, state, *i, indent, name_w, shape_w, &pairs, tx)
                 }
             }
-        });
-    if let Some(i) = clicked {
-        app.push(UiCommand::SelectCapture(i));
+        }
+    });
+    ui.data_mut(|d| d.insert_temp(header_id, out.state.clamped_offset().x));
+    if let Some(r) = range_seen {
+        ui.data_mut(|d| d.insert_temp(scroll_id.with("range"), r));
     }
+}
+
+/// Spacing between the cells of a row.
+const LIST_ITEM_SPACING_PT: f32 = 4.0;
+
+fn column_header_ui(ui: &mut egui::Ui, pairs: &[String], indent: f32, name_w: f32, shape_w: f32) {
+    let row_h = theme::LIST_ROW_HEIGHT_PT;
+    ui.horizontal(|ui| {
+        ui.spacing_mut().item_spacing.x = LIST_ITEM_SPACING_PT;
+        ui.add_space(indent);
+        ui.add_sized(
+            [name_w, row_h],
+            egui::Label::new(egui::RichText::new("capture").weak()),
+        );
+        for p in pairs {
+            ui.add_sized(
+                [theme::CHIP_WIDTH_PT, row_h],
+                egui::Label::new(egui::RichText::new(short_pair(p)).weak().small()),
+            )
+            .on_hover_text(p.as_str());
+        }
+        ui.add_sized(
+            [theme::RATIO_BAR_WIDTH_PT, row_h],
+            egui::Label::new(egui::RichText::new("err/tol").weak().small()),
+        )
+        .on_hover_text("worst error / tolerance, log scale: the tick is the pass bar (ratio 1)");
+        ui.add_sized(
+            [shape_w, row_h],
+            egui::Label::new(egui::RichText::new("shape").weak()),
+        );
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn header_ui(
+    ui: &mut egui::Ui,
+    palette: &Palette,
+    key: &str,
+    title: &str,
+    level: usize,
+    captures: usize,
+    failing: usize,
+    open: bool,
+    tx: &dyn UiCommandSender,
+) {
+    ui.horizontal(|ui| {
+        ui.add_space(level as f32 * theme::LIST_INDENT_PT);
+        let resp = fold_toggle_ui(ui, open, title, level == 0);
+        if resp.clicked() {
+            tx.send_ui(UiCommand::ToggleGroup(key.to_string()));
+        }
+        ui.weak(format!("{captures} captures"));
+        if failing > 0 {
+            ui.colored_label(palette.fail_text, format!("{failing} failing"));
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_row_ui(
+    ui: &mut egui::Ui,
+    palette: &Palette,
+    state: &AppState,
+    i: usize,
+    indent: f32,
+    name_w: f32,
+    shape_w: f32,
+    pairs: &[String],
+    tx: &dyn UiCommandSender,
+) {
+    let r = &state.results[i];
+    let row_h = theme::LIST_ROW_HEIGHT_PT;
+    ui.horizontal(|ui| {
+        ui.add_space(indent);
+        let selected = state.selected == Some(i);
+        let label = row_name(r, state.list.sort);
+        let resp = ui
+            .add_sized(
+                [name_w, row_h],
+                egui::Button::selectable(
+                    selected,
+                    egui::RichText::new(&label).font(egui::FontId::monospace(theme::LIST_FONT_PT)),
+                ),
+            )
+            .on_hover_ui(|ui| {
+                ui.label(r.label());
+                ui.label(format!(
+                    "{} · {} · shape {:?}",
+                    r.step,
+                    r.kind.label(),
+                    r.shape
+                ));
+                ui.label(verdicts(r));
+                if let Some(t) = triage_counts(r) {
+                    ui.label(t);
+                }
+            });
+        // Tests and screen readers find the row by its full label.
+        let full = r.label();
+        resp.widget_info(|| egui::WidgetInfo::selected(egui::Role::Button, true, selected, &full));
+        if resp.clicked() {
+            tx.send_ui(UiCommand::SelectCapture(i));
+        }
+        let states = pair_states(r);
+        for p in pairs {
+            match states.iter().find(|(n, _, _)| n == p) {
+                Some((_, state, c)) => chip_ui(ui, palette, p, *state, *c),
+                None => chip_ui(ui, palette, p, ChipState::None, None),
+            }
+        }
+        ratio_bar_ui(ui, palette, r);
+        ui.add_sized(
+            [shape_w, row_h],
+            egui::Label::new(
+                egui::RichText::new(short_shape(&r.shape))
+                    .font(egui::FontId::monospace(theme::LIST_FONT_PT))
+                    .weak(),
+            ),
+        );
+        if let Some(t) = r.triages().next().map(|(_, t)| &t.triage) {
+            if t.rows_differing > 0 {
+                let full = triage_counts(r).unwrap_or_default();
+                let resp = ui.colored_label(
+                    palette.triage(t.real, t.rows_differing),
+                    format!("Δ{}/{}", t.rows_differing, t.rows),
+                );
+                resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &full));
+                resp.on_hover_text(full);
+            }
+        }
+        for mark in marks(r) {
+            ui.colored_label(palette.fail_text, mark);
+        }
+    });
+}
+
+/// A fold arrow and a title that both toggle (the arrow glyphs are in the monospace font); its
+/// accessibility label says what a click does.
+pub fn fold_toggle_ui(ui: &mut egui::Ui, open: bool, title: &str, strong: bool) -> egui::Response {
+    let arrow = if open { "▾" } else { "▸" };
+    let text = egui::RichText::new(title);
+    let text = if strong { text.strong() } else { text };
+    let a = ui.add(egui::Button::new(egui::RichText::new(arrow).monospace()).frame(false));
+    let what = format!("{} {title}", if open { "Fold" } else { "Unfold" });
+    a.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &what));
+    let t = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
+    let resp = a | t;
+    resp.on_hover_text(if open { "Fold" } else { "Unfold" })
+}
+
+/// One status chip: colour and text, its accessibility label the full verdict.
+fn chip_ui(
+    ui: &mut egui::Ui,
+    palette: &Palette,
+    pair: &str,
+    state: ChipState,
+    c: Option<&Comparison>,
+) {
+    let bg = state.color(palette);
+    let size = egui::vec2(theme::CHIP_WIDTH_PT, theme::LIST_ROW_HEIGHT_PT - 4.0);
+    let (rect, resp) = ui.allocate_exact_size(size, egui::Sense::hover());
+    let full = format!("{pair}: {}", state.word());
+    resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &full));
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 3.0, bg);
+    painter.text(
+        rect.center(),
+        egui::Align2::CENTER_CENTER,
+        state.short(),
+        egui::FontId::proportional(theme::CHIP_FONT_PT),
+        theme::text_on(bg),
+    );
+    resp.on_hover_text(match c {
+        Some(c) => format!(
+            "{full} ({}); max abs err {:.3e}, tol {:.3e}, ratio {:.3e}",
+            c.reason, c.max_abs_err, c.tol, c.worst_ratio
+        ),
+        None => full,
+    });
+}
+
+/// The error/tolerance bar: log scale, a tick at ratio 1.
+fn ratio_bar_ui(ui: &mut egui::Ui, palette: &Palette, r: &CaptureResult) {
+    let size = egui::vec2(theme::RATIO_BAR_WIDTH_PT, theme::LIST_ROW_HEIGHT_PT - 8.0);
+    let (rect, resp) = ui.allocate_exact_size(size, egui::Sense::hover());
+    let has = !r.comparisons().is_empty();
+    let ratio = r.worst_ratio();
+    let text = if !has {
+        "not in golden".to_string()
+    } else if ratio == 0.0 {
+        "error/tolerance 0 (bit-exact)".to_string()
+    } else {
+        format!("error/tolerance {ratio:.2e}")
+    };
+    resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &text));
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 2.0, palette.bar_track);
+    if let Some(f) = bar_fraction(ratio).filter(|_| has) {
+        let fill =
+            egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * f as f32, rect.height()));
+        painter.rect_filled(fill, 2.0, palette.verdict(r.pass()));
+    }
+    let one = (theme::RATIO_BAR_DECADES_BELOW
+        / (theme::RATIO_BAR_DECADES_BELOW + theme::RATIO_BAR_DECADES_ABOVE)) as f32;
+    let x = rect.min.x + rect.width() * one;
+    painter.line_segment(
+        [
+            egui::pos2(x, rect.min.y - 2.0),
+            egui::pos2(x, rect.max.y + 2.0),
+        ],
+        egui::Stroke::new(1.5, palette.text),
+    );
+    resp.on_hover_text(text);
 }

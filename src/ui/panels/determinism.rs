@@ -4,8 +4,8 @@
 //! against the reference.
 
 use crate::session::determinism::Determinism;
-use crate::ui::app::GoldenLensApp;
-use crate::ui::commands::UiCommand;
+use crate::ui::app::{AppState, JobClock};
+use crate::ui::commands::{JobKind, UiCommand, UiCommandSender};
 use crate::ui::theme;
 use eframe::egui;
 
@@ -29,6 +29,7 @@ pub struct DeterminismState {
     /// Bumped per request; a result of an older request is dropped.
     pub generation: u64,
     pub result: Option<Result<DeterminismOutcome, String>>,
+    pub clock: JobClock,
 }
 
 impl Default for DeterminismState {
@@ -39,18 +40,19 @@ impl Default for DeterminismState {
             running: false,
             generation: 0,
             result: None,
+            clock: JobClock::default(),
         }
     }
 }
 
 /// Draw the determinism window when it is open.
-pub fn determinism_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
-    if !app.determinism.open {
+pub fn determinism_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let d = &state.determinism;
+    if !d.open {
         return;
     }
-    let mut runs = app.determinism.runs;
-    let mut run = false;
-    let mut close = false;
+    let palette = theme::palette(ui.ctx());
+    let mut runs = d.runs;
     egui::Window::new("Determinism")
         .collapsible(false)
         .show(ui.ctx(), |ui| {
@@ -59,45 +61,42 @@ pub fn determinism_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                  and lists every capture whose bits change between runs.",
             );
             ui.horizontal(|ui| {
-                ui.label("Runs:");
-                ui.add(egui::DragValue::new(&mut runs).range(2..=MAX_RUNS));
-                run = ui
-                    .add_enabled(
-                        !app.determinism.running,
-                        egui::Button::new("Run determinism"),
-                    )
-                    .clicked();
-            });
-            match &app.determinism.result {
-                None if app.determinism.running => {
-                    ui.horizontal(|ui| {
-                        ui.spinner();
-                        ui.label("Determinism running…");
-                    });
+                let label = ui.label("Runs:");
+                ui.add(egui::DragValue::new(&mut runs).range(2..=MAX_RUNS))
+                    .labelled_by(label.id);
+                if ui
+                    .add_enabled(!d.running, egui::Button::new("Run determinism"))
+                    .clicked()
+                {
+                    tx.send_ui(UiCommand::RunDeterminism(runs));
                 }
+            });
+            if d.running {
+                super::run_controls::job_bar_ui(ui, JobKind::Determinism, &d.clock, tx);
+            }
+            match &d.result {
+                None if d.running => {}
                 None => {
                     ui.label("No determinism run yet: press Run determinism.");
                 }
                 Some(Err(e)) => {
-                    ui.colored_label(theme::FAIL, format!("Determinism could not run: {e}"));
+                    ui.colored_label(palette.fail_text, format!("Determinism could not run: {e}"));
                 }
-                Some(Ok(o)) => outcome_ui(ui, o),
+                Some(Ok(o)) => outcome_ui(ui, palette, o),
             }
-            close = ui.button("Close determinism").clicked();
+            if ui.button("Close determinism").clicked() {
+                tx.send_ui(UiCommand::CloseDeterminism);
+            }
         });
-    app.determinism.runs = runs;
-    if run {
-        app.push(UiCommand::RunDeterminism(runs));
-    }
-    if close {
-        app.push(UiCommand::CloseDeterminism);
+    if runs != d.runs {
+        tx.send_ui(UiCommand::SetDeterminismRuns(runs));
     }
 }
 
-fn outcome_ui(ui: &mut egui::Ui, o: &DeterminismOutcome) {
+fn outcome_ui(ui: &mut egui::Ui, palette: &theme::Palette, o: &DeterminismOutcome) {
     let d = &o.report;
     ui.colored_label(
-        theme::verdict_color(d.unstable.is_empty()),
+        palette.verdict(d.unstable.is_empty()),
         format!(
             "Determinism: {} runs of the {} backend, {} of {} captures bitwise unstable",
             d.runs,
@@ -127,7 +126,7 @@ fn outcome_ui(ui: &mut egui::Ui, o: &DeterminismOutcome) {
                     ui.end_row();
                     for u in &d.unstable {
                         ui.label(&u.regime);
-                        ui.colored_label(theme::FAIL, &u.capture);
+                        ui.colored_label(palette.fail_text, &u.capture);
                         ui.label(format!("{} of {}", u.runs_differing, d.runs - 1));
                         ui.label(u.max_elements_differing.to_string());
                         ui.label(u.first_index.to_string());

@@ -7,16 +7,14 @@
 
 use crate::session::controller::{LocalizeOutcome, LocalizeRequest};
 use crate::session::localize::StepError;
-use crate::ui::app::GoldenLensApp;
-use crate::ui::commands::UiCommand;
+use crate::ui::app::AppState;
+use crate::ui::commands::{JobKind, UiCommand, UiCommandSender};
 use crate::ui::theme;
 use eframe::egui;
 
-/// The window's settings and its last result.
-#[derive(Debug, Default)]
-pub struct LocalizeState {
-    /// The window is shown.
-    pub open: bool,
+/// The window's settings (changed through [`UiCommand::SetLocalizeSettings`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalizeSettings {
     /// Faults to plant into a CPU oracle test backend, `KIND@CAPTURE`, comma separated; empty:
     /// localise the app's own test backend.
     pub plant: String,
@@ -27,15 +25,9 @@ pub struct LocalizeState {
     pub pin_from: usize,
     /// Show only steps with some error.
     pub only_with_error: bool,
-    /// Bumped by every run; a result from an older run is dropped.
-    pub generation: u64,
-    /// A run is in flight.
-    pub running: bool,
-    /// The last run's result (what it ran and what it found, or why it could not run).
-    pub result: Option<Result<LocalizeOutcome, String>>,
 }
 
-impl LocalizeState {
+impl LocalizeSettings {
     /// The request the window's settings describe.
     pub fn request(&self) -> LocalizeRequest {
         LocalizeRequest {
@@ -50,6 +42,21 @@ impl LocalizeState {
             pin_from: self.pin.then_some(self.pin_from),
         }
     }
+}
+
+/// The window's state and its last result.
+#[derive(Debug, Default)]
+pub struct LocalizeState {
+    /// The window is shown.
+    pub open: bool,
+    pub settings: LocalizeSettings,
+    /// Bumped by every run; a result from an older run is dropped.
+    pub generation: u64,
+    /// A run is in flight.
+    pub running: bool,
+    /// The last run's result (what it ran and what it found, or why it could not run).
+    pub result: Option<Result<LocalizeOutcome, String>>,
+    pub clock: crate::ui::app::JobClock,
 }
 
 /// A ratio to tolerance as the table shows it: `0` when exact, else three significant digits.
@@ -101,22 +108,23 @@ fn has_error(e: &StepError) -> bool {
 }
 
 /// Draw the window when it is open.
-pub fn localize_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
-    if !app.localize.open {
+pub fn localize_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let l = &state.localize;
+    if !l.open {
         return;
     }
-    let n_layers = app
+    let palette = theme::palette(ui.ctx());
+    let n_layers = state
         .golden
         .as_ref()
         .map_or(1, |g| g.golden.fixture.n_layers.max(1));
-    let mut commands = Vec::new();
     let mut open = true;
-    let state = &mut app.localize;
+    let mut settings = l.settings.clone();
     egui::Window::new("Localize divergences")
         .collapsible(false)
         .resizable(true)
-        .default_width(940.0)
-        .default_pos(egui::pos2(480.0, 120.0))
+        .default_width(900.0)
+        .default_pos(egui::pos2(360.0, 120.0))
         .open(&mut open)
         .show(ui.ctx(), |ui| {
             ui.weak(
@@ -124,72 +132,73 @@ pub fn localize_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                  reseeded from the oracle). Errors are worst error / Atlas tolerance; gain = \
                  chained output error / input error.",
             );
-            ui.horizontal(|ui| {
+            ui.horizontal_wrapped(|ui| {
                 let label = ui.label("Plant fault:");
                 ui.add(
-                    egui::TextEdit::singleline(&mut state.plant)
+                    egui::TextEdit::singleline(&mut settings.plant)
                         .hint_text("e.g. bitflip@L2.attn_out (empty: the app's test backend)")
                         .desired_width(300.0),
                 )
                 .labelled_by(label.id);
-                ui.checkbox(&mut state.atlas, "Atlas bars (not bit-exact)")
+                ui.checkbox(&mut settings.atlas, "Atlas bars (not bit-exact)")
                     .on_hover_text(
                         "Off: an oracle under test is held to bf16 bit-exactness and another \
                          backend (the GPU) to the GPU policy against the oracle",
                     );
-                ui.checkbox(&mut state.pin, "Pin selections from layer");
+                ui.checkbox(&mut settings.pin, "Pin selections from layer");
                 ui.add_enabled(
-                    state.pin,
-                    egui::DragValue::new(&mut state.pin_from).range(0..=n_layers - 1),
+                    settings.pin,
+                    egui::DragValue::new(&mut settings.pin_from).range(0..=n_layers - 1),
                 )
                 .on_hover_text("First layer whose routing and index top-k are pinned");
                 if ui
-                    .add_enabled(!state.running, egui::Button::new("Run localization"))
+                    .add_enabled(!l.running, egui::Button::new("Run localization"))
                     .clicked()
                 {
-                    commands.push(UiCommand::RunLocalize(state.request()));
+                    tx.send_ui(UiCommand::RunLocalize(settings.request()));
                 }
             });
             ui.separator();
-            if state.running {
-                ui.horizontal(|ui| {
-                    ui.spinner();
-                    ui.label("Localizing…");
-                });
+            if l.running {
+                super::run_controls::job_bar_ui(ui, JobKind::Localize, &l.clock, tx);
             }
-            match &state.result {
-                None if !state.running => {
+            match &l.result {
+                None if !l.running => {
                     ui.label("No localization yet: press Run localization.");
                 }
                 None => {}
                 Some(Err(e)) => {
-                    ui.colored_label(theme::FAIL, format!("Localization could not run: {e}"));
+                    ui.colored_label(
+                        palette.fail_text,
+                        format!("Localization could not run: {e}"),
+                    );
                 }
-                Some(Ok(o)) => outcome_ui(ui, o, &mut state.only_with_error, &mut commands),
+                Some(Ok(o)) => outcome_ui(ui, palette, o, &mut settings.only_with_error, tx),
             }
             if ui.button("Close localization").clicked() {
-                commands.push(UiCommand::CloseLocalize);
+                tx.send_ui(UiCommand::CloseLocalize);
             }
         });
-    if !open {
-        commands.push(UiCommand::CloseLocalize);
+    if settings != l.settings {
+        tx.send_ui(UiCommand::SetLocalizeSettings(settings));
     }
-    for c in commands {
-        app.push(c);
+    if !open {
+        tx.send_ui(UiCommand::CloseLocalize);
     }
 }
 
 fn outcome_ui(
     ui: &mut egui::Ui,
+    palette: &crate::ui::theme::Palette,
     o: &LocalizeOutcome,
     only_with_error: &mut bool,
-    commands: &mut Vec<UiCommand>,
+    tx: &dyn UiCommandSender,
 ) {
     let l = &o.localization;
     ui.label(format!("Reference: {}; test: {}", o.reference, o.test));
     let first = l.first_local_divergence.and_then(|i| l.steps.get(i));
-    ui.horizontal(|ui| {
-        ui.colored_label(theme::verdict_color(first.is_none()), verdict_line(o));
+    ui.horizontal_wrapped(|ui| {
+        ui.colored_label(palette.verdict(first.is_none()), verdict_line(o));
         if let Some(e) = first {
             let label = format!("{}/{}", e.regime, e.worst_capture);
             if ui
@@ -197,14 +206,18 @@ fn outcome_ui(
                 .on_hover_text("Select this capture in the main view")
                 .clicked()
             {
-                commands.push(UiCommand::SelectCaptureLabel(label));
+                tx.send_ui(UiCommand::SelectCaptureLabel(label));
             }
         }
     });
     if let Some(c) = &o.counterfactual {
         let ok = c.supported && (c.unpinned_ratio <= 1.0 || c.pinned_ratio <= 1.0);
         ui.colored_label(
-            if ok { theme::PASS } else { theme::WARN },
+            if ok {
+                palette.pass_text
+            } else {
+                palette.warn_text
+            },
             format!("Pinned from layer {}: {}", c.from_layer, c.verdict),
         );
     }
@@ -239,11 +252,11 @@ fn outcome_ui(
                         }
                         let is_first = l.first_local_divergence == Some(i);
                         let color = if is_first {
-                            theme::FAIL
+                            palette.fail_text
                         } else if e.local_breaks {
-                            theme::WARN
+                            palette.warn_text
                         } else {
-                            ui.visuals().text_color()
+                            palette.text
                         };
                         let text = |s: String| egui::RichText::new(s).color(color);
                         ui.label(text(e.regime.clone()));
@@ -262,7 +275,7 @@ fn outcome_ui(
                             ))
                             .clicked()
                         {
-                            commands.push(UiCommand::SelectCaptureLabel(format!(
+                            tx.send_ui(UiCommand::SelectCaptureLabel(format!(
                                 "{}/{}",
                                 e.regime, e.worst_capture
                             )));

@@ -1,30 +1,108 @@
 //! Run controls: run all, step, run to a layer, reset, cancel; chained or isolated mode; strict
-//! policies; progress; the pass/fail summary and the first divergence; the error-budget and
-//! invariant counts; the run's top-k triage counts; exports; the Self-test and Localize windows.
+//! policies; exports; the Self-test, Localize and Determinism windows. Under them the progress
+//! of the run (step, elapsed time, ETA, Cancel) and of every background job, the pass/fail
+//! summary, the first divergence, the error-budget and invariant counts and the top-k triage.
 
 use crate::session::controller::{first_divergence, Request, TriageTotals};
 use crate::session::Mode;
-use crate::ui::app::GoldenLensApp;
-use crate::ui::commands::{FileKind, UiCommand};
+use crate::ui::app::{AppState, JobClock};
+use crate::ui::commands::{FileKind, JobKind, UiCommand, UiCommandSender};
 use crate::ui::theme;
 use eframe::egui;
 use std::path::PathBuf;
 
-/// Draw the run row and the summary row.
-pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
-    let busy = app.progress.busy;
+/// Width of a progress bar.
+const PROGRESS_WIDTH_PT: f32 = 300.0;
+
+/// Seconds as the progress bars show them.
+pub fn fmt_secs(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{}:{:04.1}", (s / 60.0).floor() as u64, s % 60.0)
+    }
+}
+
+/// The run's progress text (also the bar's accessibility label).
+pub fn run_progress_text(state: &AppState) -> String {
+    let p = &state.progress;
+    let mut s = format!("{} / {} steps", p.steps_done, p.steps_total);
+    if let Some(last) = &p.last_step {
+        s.push_str(&format!(", last {last}"));
+    }
+    if p.busy {
+        if let Some(e) = state.run_clock.elapsed_secs() {
+            s.push_str(&format!(", {} elapsed", fmt_secs(e)));
+        }
+        match state.run_clock.eta_secs(p) {
+            Some(eta) => s.push_str(&format!(", ETA {}", fmt_secs(eta))),
+            None => s.push_str(", ETA after the first step"),
+        }
+    } else if let Some(t) = state.run_clock.last_secs.filter(|_| p.steps_done > 0) {
+        s.push_str(&format!(", took {}", fmt_secs(t)));
+    }
+    s
+}
+
+/// A background job's progress text.
+pub fn job_progress_text(kind: JobKind, clock: &JobClock) -> String {
+    let elapsed = clock.elapsed_secs().unwrap_or(0.0);
+    match clock.eta_secs() {
+        Some(eta) => format!(
+            "{}: {} elapsed, ETA {} (from the last run)",
+            kind.label(),
+            fmt_secs(elapsed),
+            fmt_secs(eta)
+        ),
+        None => format!(
+            "{}: {} elapsed (no earlier run to estimate from)",
+            kind.label(),
+            fmt_secs(elapsed)
+        ),
+    }
+}
+
+/// A background job's bar with Cancel (export cannot be cancelled: it writes one file).
+pub fn job_bar_ui(ui: &mut egui::Ui, kind: JobKind, clock: &JobClock, tx: &dyn UiCommandSender) {
     ui.horizontal(|ui| {
-        let can_run = app.controller.is_some() && !busy && !app.progress.finished;
+        let text = job_progress_text(kind, clock);
+        let frac = match (clock.elapsed_secs(), clock.last_secs) {
+            (Some(e), Some(l)) if l > 0.0 => (e / l).min(0.99) as f32,
+            _ => 0.0,
+        };
+        ui.add(
+            egui::ProgressBar::new(frac)
+                .desired_width(PROGRESS_WIDTH_PT)
+                .animate(true)
+                .text(text),
+        );
+        if kind != JobKind::Export
+            && ui
+                .button(format!("Cancel {}", kind.label()))
+                .on_hover_text("Stop waiting: the job's result is dropped when it arrives")
+                .clicked()
+        {
+            tx.send_ui(UiCommand::CancelJob(kind));
+        }
+    });
+}
+
+/// Draw the run row, the progress rows and the summary row.
+pub fn run_controls_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let palette = theme::palette(ui.ctx());
+    let busy = state.progress.busy;
+    ui.horizontal_wrapped(|ui| {
+        let can_run = state.session && !busy && !state.progress.finished;
         if ui
             .add_enabled(can_run, egui::Button::new("Run all"))
             .clicked()
         {
-            app.push(UiCommand::Run(Request::RunAll));
+            tx.send_ui(UiCommand::Run(Request::RunAll));
         }
         if ui.add_enabled(can_run, egui::Button::new("Step")).clicked() {
-            app.push(UiCommand::Run(Request::StepOne));
+            tx.send_ui(UiCommand::Run(Request::StepOne));
         }
-        let n_layers = app
+        let n_layers = state
             .golden
             .as_ref()
             .map_or(1, |g| g.golden.fixture.n_layers.max(1));
@@ -32,33 +110,33 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             .add_enabled(can_run, egui::Button::new("Run to layer"))
             .clicked()
         {
-            app.push(UiCommand::Run(Request::RunToLayer(app.run_to_layer)));
+            tx.send_ui(UiCommand::Run(Request::RunToLayer(state.run_to_layer)));
         }
-        ui.add(egui::DragValue::new(&mut app.run_to_layer).range(0..=n_layers - 1))
-            .on_hover_text("Layer to run to");
+        let mut layer = state.run_to_layer;
         if ui
-            .add_enabled(
-                app.controller.is_some() && !busy,
-                egui::Button::new("Reset"),
-            )
+            .add(egui::DragValue::new(&mut layer).range(0..=n_layers - 1))
+            .on_hover_text("Layer to run to")
+            .changed()
+        {
+            tx.send_ui(UiCommand::SetRunToLayer(layer));
+        }
+        if ui
+            .add_enabled(state.session && !busy, egui::Button::new("Reset"))
             .clicked()
         {
-            app.push(UiCommand::Run(Request::Reset));
-        }
-        if ui.add_enabled(busy, egui::Button::new("Cancel")).clicked() {
-            app.push(UiCommand::Cancel);
+            tx.send_ui(UiCommand::Run(Request::Reset));
         }
         ui.separator();
         for (mode, text) in [(Mode::Chained, "Chained"), (Mode::Isolated, "Isolated")] {
             if ui
-                .add_enabled(!busy, egui::RadioButton::new(app.mode == mode, text))
+                .add_enabled(!busy, egui::RadioButton::new(state.mode == mode, text))
                 .clicked()
-                && app.mode != mode
+                && state.mode != mode
             {
-                app.push(UiCommand::Run(Request::SetMode(mode)));
+                tx.send_ui(UiCommand::Run(Request::SetMode(mode)));
             }
         }
-        let mut strict = app.strict;
+        let mut strict = state.strict;
         if ui
             .add_enabled(
                 !busy,
@@ -66,68 +144,72 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             )
             .changed()
         {
-            app.push(UiCommand::Run(Request::SetStrict(strict)));
+            tx.send_ui(UiCommand::Run(Request::SetStrict(strict)));
         }
         ui.separator();
         if ui.button("Export failing…").clicked() {
-            app.push(UiCommand::PickFile(FileKind::ExportFailing));
+            tx.send_ui(UiCommand::PickFile(FileKind::ExportFailing));
         }
         if ui
             .button("Export failing to path")
             .on_hover_text("Write the failing captures JSON to the path in the path field")
             .clicked()
-            && !app.path_field.trim().is_empty()
+            && !state.path_field.trim().is_empty()
         {
-            app.push(UiCommand::ExportFailing(PathBuf::from(
-                app.path_field.trim(),
+            tx.send_ui(UiCommand::ExportFailing(PathBuf::from(
+                state.path_field.trim(),
             )));
         }
         ui.separator();
-        let running = matches!(app.selftest, Some(None));
         if ui
             .add_enabled(
-                app.golden.is_some() && !running,
+                state.golden.is_some() && !state.selftest.running,
                 egui::Button::new("Self-test"),
             )
             .on_hover_text("Plant every fault kind and check each is caught at the planted capture")
             .clicked()
         {
-            app.push(UiCommand::RunSelftest);
+            tx.send_ui(UiCommand::RunSelftest);
         }
         if ui
-            .add_enabled(app.golden.is_some(), egui::Button::new("Localize"))
+            .add_enabled(state.golden.is_some(), egui::Button::new("Localize"))
             .on_hover_text(
                 "Find where the error is born: each step's input, chained and local error, and \
                  the first local divergence",
             )
             .clicked()
         {
-            app.push(UiCommand::OpenLocalize);
+            tx.send_ui(UiCommand::OpenLocalize);
         }
         if ui
-            .add_enabled(app.golden.is_some(), egui::Button::new("Determinism"))
+            .add_enabled(state.golden.is_some(), egui::Button::new("Determinism"))
             .on_hover_text(
-                "Run the test backend several times from fresh state and list every capture                  whose bits change (check --repeat N)",
+                "Run the test backend several times from fresh state and list every capture \
+                 whose bits change (check --repeat N)",
             )
             .clicked()
         {
-            app.push(UiCommand::OpenDeterminism);
+            tx.send_ui(UiCommand::OpenDeterminism);
         }
     });
-    ui.horizontal(|ui| {
-        let p = &app.progress;
+    ui.horizontal_wrapped(|ui| {
+        let p = &state.progress;
         let frac = if p.steps_total > 0 {
             p.steps_done as f32 / p.steps_total as f32
         } else {
             0.0
         };
-        ui.add(
+        let text = run_progress_text(state);
+        let bar = ui.add(
             egui::ProgressBar::new(frac)
-                .desired_width(160.0)
-                .text(format!("{} / {} steps", p.steps_done, p.steps_total)),
+                .desired_width(PROGRESS_WIDTH_PT)
+                .text(text.clone()),
         );
-        let (passed, failed) = app.summary_counts();
-        let state = if p.busy {
+        bar.widget_info(|| egui::WidgetInfo::labeled(egui::Role::ProgressIndicator, true, &text));
+        if ui.add_enabled(busy, egui::Button::new("Cancel")).clicked() {
+            tx.send_ui(UiCommand::Cancel);
+        }
+        let status = if p.busy {
             "running"
         } else if p.finished {
             "finished"
@@ -136,30 +218,28 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
         } else {
             "ready"
         };
-        ui.label(format!("Status: {state}"));
+        ui.label(format!("Status: {status}"));
+        let (passed, failed) = state.summary_counts();
         ui.colored_label(
-            theme::verdict_color(failed == 0),
+            palette.verdict(failed == 0),
             format!("{passed} passed, {failed} failed"),
         );
-        if let Some(last) = &p.last_step {
-            ui.label(format!("Last step: {last}"));
-        }
-        match first_divergence(&app.results) {
+        match first_divergence(&state.results) {
             Some(r) => {
                 ui.colored_label(
-                    theme::FAIL,
+                    palette.fail_text,
                     format!("First divergence: {} at {}", r.label(), r.step),
                 );
             }
             None if p.steps_done > 0 => {
-                ui.colored_label(theme::PASS, "No divergence so far");
+                ui.colored_label(palette.pass_text, "No divergence so far");
             }
             None => {}
         }
-        if p.steps_done > 0 || !app.results.is_empty() {
-            let (within, budgeted) = app.budget_counts();
+        if p.steps_done > 0 || !state.results.is_empty() {
+            let (within, budgeted) = state.budget_counts();
             ui.colored_label(
-                theme::verdict_color(within == budgeted),
+                palette.verdict(within == budgeted),
                 budget_summary(within, budgeted),
             )
             .on_hover_text(
@@ -167,9 +247,9 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                  golden is at most what its dtype, reduction length and reference magnitude \
                  explain (as `golden-lens check` counts it)",
             );
-            let violations = app.violation_count();
+            let violations = state.violation_count();
             ui.colored_label(
-                theme::verdict_color(violations == 0),
+                palette.verdict(violations == 0),
                 invariant_summary(violations),
             )
             .on_hover_text(
@@ -178,9 +258,9 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                  attends), checked on each backend's own captures",
             );
         }
-        if let Some((mean, max)) = app
+        if let Some((mean, max)) = state
             .frame_time_secs()
-            .filter(|_| app.options.show_frame_time)
+            .filter(|_| state.options.show_frame_time)
         {
             ui.weak(format!(
                 "frame {:.1} ms (max {:.1} ms)",
@@ -189,18 +269,32 @@ pub fn run_controls_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
             ));
         }
     });
-    let triage = app.triage_totals();
-    if triage.captures > 0 {
-        ui.colored_label(
-            if triage.real > 0 {
-                theme::FAIL
-            } else if triage.rows_differing > 0 {
-                theme::WARN
-            } else {
-                theme::PASS
-            },
-            triage_summary(&triage),
-        );
+    let jobs = [
+        (
+            JobKind::Localize,
+            state.localize.running,
+            &state.localize.clock,
+        ),
+        (
+            JobKind::Selftest,
+            state.selftest.running,
+            &state.selftest.clock,
+        ),
+        (
+            JobKind::Determinism,
+            state.determinism.running,
+            &state.determinism.clock,
+        ),
+        (
+            JobKind::Export,
+            state.export.running > 0,
+            &state.export.clock,
+        ),
+    ];
+    for (kind, running, clock) in jobs {
+        if running {
+            job_bar_ui(ui, kind, clock, tx);
+        }
     }
 }
 

@@ -1,32 +1,36 @@
 //! The self-test window: the same table `golden-lens selftest` prints, one row per planted
 //! fault, with the verdict as text (and colour) and a summary line tests read by label.
 
-use crate::ui::app::GoldenLensApp;
-use crate::ui::commands::UiCommand;
+use crate::ui::app::AppState;
+use crate::ui::commands::{JobKind, UiCommand, UiCommandSender};
 use crate::ui::theme;
 use eframe::egui;
 
 /// Draw the self-test window when it is open.
-pub fn selftest_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
-    let Some(state) = &app.selftest else { return };
-    let mut close = false;
+pub fn selftest_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) {
+    let st = &state.selftest;
+    if !st.open {
+        return;
+    }
+    let palette = theme::palette(ui.ctx());
     egui::Window::new("Self-test")
         .collapsible(false)
         .show(ui.ctx(), |ui| {
-            match state {
+            if st.running {
+                super::run_controls::job_bar_ui(ui, JobKind::Selftest, &st.clock, tx);
+            }
+            match &st.result {
+                None if st.running => {}
                 None => {
-                    ui.horizontal(|ui| {
-                        ui.spinner();
-                        ui.label("Self-test running…");
-                    });
+                    ui.label("No self-test result (the run was cancelled).");
                 }
                 Some(Err(e)) => {
-                    ui.colored_label(theme::FAIL, format!("Self-test could not run: {e}"));
+                    ui.colored_label(palette.fail_text, format!("Self-test could not run: {e}"));
                 }
                 Some(Ok(rows)) => {
                     let misses = rows.iter().filter(|r| !r.ok).count();
                     ui.colored_label(
-                        theme::verdict_color(misses == 0),
+                        palette.verdict(misses == 0),
                         format!("Self-test: {} passed, {misses} failed", rows.len() - misses),
                     );
                     egui::Grid::new("selftest_grid")
@@ -52,7 +56,7 @@ pub fn selftest_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                                 ui.label(if r.caught_by_atlas_bars { "yes" } else { "no" });
                                 ui.label(r.first_failure.as_deref().unwrap_or("-"));
                                 ui.colored_label(
-                                    theme::verdict_color(r.ok),
+                                    palette.verdict(r.ok),
                                     if r.ok { "ok" } else { "MISS" },
                                 );
                                 ui.end_row();
@@ -61,10 +65,7 @@ pub fn selftest_ui(ui: &mut egui::Ui, app: &mut GoldenLensApp) {
                 }
             }
             if ui.button("Close self-test").clicked() {
-                close = true;
+                tx.send_ui(UiCommand::CloseSelftest);
             }
         });
-    if close {
-        app.push(UiCommand::CloseSelftest);
-    }
 }
