@@ -3,6 +3,10 @@
 //! head/expert counts, dims, engram shapes), writes a full golden of each that the strict loader
 //! accepts, holds every graph invariant, and checks against that golden in chained and isolated
 //! mode (so isolation, ring seeding, pointer slots and compressor replay work off-geometry).
+//!
+//! These goldens are written by our own oracle, so checking them echoes the oracle: a regression
+//! test of self-consistency (the loader, the invariants, isolation off the tiny geometry), not of
+//! agreement with DeepSeek's reference. Only the tests that read `golden/reference/*` test that.
 
 use golden_lens::golden::{EngramFixture, Golden};
 use golden_lens::model::engram::derived_rows;

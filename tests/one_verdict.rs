@@ -10,7 +10,7 @@ use golden_lens::session::controller::{
     run_all_blocking, BackendFactory, BoxedBackend, CaptureResult, Controller,
 };
 use golden_lens::session::export::{write_failing_captures, Provenance};
-use golden_lens::session::Mode;
+use golden_lens::session::{Mode, SessionError};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,7 +53,7 @@ fn app_run(golden: &Arc<Golden>, inject: Option<&str>) -> Option<Vec<CaptureResu
     let model = ModelParts::from_golden(golden).expect("model");
     let injection = inject.map(|i| i.parse::<Injection>().expect("injection"));
     let factory: BackendFactory = Box::new(move || {
-        let ctx = golden_lens::gpu::GpuContext::new().map_err(|e| e.to_string())?;
+        let ctx = golden_lens::gpu::GpuContext::new().map_err(|e| SessionError::build("gpu", e))?;
         let opts = GpuOptions {
             reference_ties: true,
             inject: injection.clone(),
@@ -66,7 +66,7 @@ fn app_run(golden: &Arc<Golden>, inject: Option<&str>) -> Option<Vec<CaptureResu
             model.tables.clone(),
             opts,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| SessionError::build("gpu", e))?;
         Ok(vec![
             Box::new(model.oracle_with_diagnostics()) as BoxedBackend,
             Box::new(gpu) as BoxedBackend,

@@ -65,10 +65,12 @@ fn a_backend_that_changes_between_runs_is_listed_from_the_perturbed_capture() {
     let counter = built.clone();
     o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
         let n = counter.fetch_add(1, Ordering::SeqCst);
-        let reference = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
-        let mut test = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
+        let reference = session::oracle_on(g, gguf)?;
+        let mut test = session::oracle_on(g, gguf)?;
         let spec = format!("perturb={}@L2.attn_out", 0.01 * (n + 1) as f64);
-        test.faults = FaultPlan::new(vec![Fault::parse(&spec).ok_or("fault spec")?]);
+        test.faults =
+            FaultPlan::new(vec![Fault::parse(&spec)
+                .ok_or(session::SessionError::BadFault { spec: spec.clone() })?]);
         Ok(vec![
             Box::new(reference) as BoxedBackend,
             Box::new(Renamed {

@@ -343,8 +343,8 @@ fn a_gpu_test_backend_is_judged_by_the_gpu_policy() {
     let mut o = AppOptions::cpu_only();
     o.show_frame_time = false;
     o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
-        let reference = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
-        let gpu = session::gpu_for(g, gpu_opts()).map_err(|e| e.to_string())?;
+        let reference = session::oracle_on(g, gguf)?;
+        let gpu = session::gpu_for(g, gpu_opts())?;
         Ok(vec![
             Box::new(reference) as BoxedBackend,
             Box::new(gpu) as BoxedBackend,

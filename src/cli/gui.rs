@@ -115,10 +115,10 @@ fn backends(
     g: &golden_lens::golden::Golden,
     gguf: Option<&std::path::Path>,
     with_gpu: bool,
-) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, String> {
+) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
+{
     use golden_lens::session::controller::BoxedBackend;
-    let model =
-        golden_lens::session::builder::ModelParts::open(g, gguf).map_err(|e| e.to_string())?;
+    let model = golden_lens::session::builder::ModelParts::open(g, gguf)?;
     // The reference's own scores let the app triage every top-k disagreement.
     let mut out = vec![Box::new(model.oracle_with_diagnostics()) as BoxedBackend];
     #[cfg(feature = "gpu")]
@@ -128,7 +128,10 @@ fn backends(
             inject: None,
             tie_audit: false,
         };
-        out.push(Box::new(model.gpu(opts).map_err(|e| e.to_string())?) as BoxedBackend);
+        let gpu = model
+            .gpu(opts)
+            .map_err(|e| golden_lens::session::SessionError::build("gpu", e))?;
+        out.push(Box::new(gpu) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]
     let _ = with_gpu;

@@ -7,7 +7,7 @@
 
 use super::lockstep::Stepper;
 use super::reference::{GoldenReference, SharedReference};
-use super::{CheckOptions, Mode};
+use super::{CheckOptions, Mode, SessionError};
 use crate::golden::Golden;
 use crate::model::Step;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,7 @@ pub use super::results::{
 /// Builds a fresh set of backends (the first one is the reference for cross comparisons, i.e.
 /// the CPU oracle). Called at start and on every reset, because backends carry state across
 /// regimes and a reset must start from nothing.
-pub type BackendFactory = Box<dyn Fn() -> Result<Vec<BoxedBackend>, String> + Send>;
+pub type BackendFactory = Box<dyn Fn() -> Result<Vec<BoxedBackend>, SessionError> + Send>;
 
 /// What the UI asks the worker to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,13 +96,13 @@ impl Controller {
         notify: Box<dyn Fn() + Send>,
     ) -> Controller {
         let reference = GoldenReference::new(golden).map(|r| Arc::new(r) as SharedReference);
-        Controller::spawn_on(reference.map_err(|e| e.to_string()), factory, mode, notify)
+        Controller::spawn_on(reference, factory, mode, notify)
     }
 
     /// Start a worker over any reference source (a golden, tokens on a GGUF with the oracle as
     /// the live reference, an imported dump).
     pub fn spawn_on(
-        reference: Result<SharedReference, String>,
+        reference: Result<SharedReference, SessionError>,
         factory: BackendFactory,
         mode: Mode,
         notify: Box<dyn Fn() + Send>,
@@ -183,7 +183,7 @@ impl Drop for Controller {
 }
 
 struct Worker {
-    reference: Result<SharedReference, String>,
+    reference: Result<SharedReference, SessionError>,
     factory: BackendFactory,
     mode: Mode,
     strict: bool,
@@ -229,7 +229,7 @@ impl Worker {
             Ok(r) => r.clone(),
             Err(e) => {
                 self.failed = true;
-                self.emit(Event::Error(e.clone()));
+                self.emit(Event::Error(e.to_string()));
                 self.emit(self.progress_event(false, None));
                 return;
             }
@@ -238,7 +238,7 @@ impl Worker {
             Ok(b) => b,
             Err(e) => {
                 self.failed = true;
-                self.emit(Event::Error(e));
+                self.emit(Event::Error(e.to_string()));
                 self.emit(self.progress_event(false, None));
                 return;
             }
@@ -360,12 +360,22 @@ impl Worker {
     }
 }
 
+/// Why [`run_all_blocking`] returned without a finished run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BlockingRunError {
+    #[error("run did not finish within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The worker's error event (already a message: events cross a channel to the UI).
+    #[error("{0}")]
+    Worker(String),
+}
+
 /// Run a controller to the end synchronously (tests, headless use): sends `RunAll` and
 /// collects every result until progress says finished, an error arrives, or `timeout` passes.
 pub fn run_all_blocking(
     controller: &Controller,
     timeout: std::time::Duration,
-) -> Result<Vec<CaptureResult>, String> {
+) -> Result<Vec<CaptureResult>, BlockingRunError> {
     let deadline = std::time::Instant::now() + timeout;
     controller.send(Request::RunAll);
     let mut out = Vec::new();
@@ -373,11 +383,11 @@ pub fn run_all_blocking(
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Err(format!("run did not finish within {timeout:?}"));
+            return Err(BlockingRunError::Timeout(timeout));
         }
         match controller.recv_timeout(left) {
             Some(Event::StepDone { results, .. }) => out.extend(results),
-            Some(Event::Error(e)) => return Err(e),
+            Some(Event::Error(e)) => return Err(BlockingRunError::Worker(e)),
             Some(Event::Progress(p)) => {
                 seen_busy |= p.busy;
                 if seen_busy && !p.busy {
@@ -385,7 +395,7 @@ pub fn run_all_blocking(
                 }
             }
             Some(_) => {}
-            None => return Err(format!("run did not finish within {timeout:?}")),
+            None => return Err(BlockingRunError::Timeout(timeout)),
         }
     }
 }
@@ -404,9 +414,7 @@ mod tests {
     fn spawn(golden: Arc<Golden>, mode: Mode) -> Controller {
         let g = golden.clone();
         let factory: BackendFactory = Box::new(move || {
-            super::super::oracle_for(&g)
-                .map(|o| vec![Box::new(o) as BoxedBackend])
-                .map_err(|e| e.to_string())
+            super::super::oracle_for(&g).map(|o| vec![Box::new(o) as BoxedBackend])
         });
         Controller::spawn(golden, factory, mode, Box::new(|| {}))
     }
@@ -528,10 +536,8 @@ mod tests {
     fn run_localize_rejects_a_bad_fault_spec_and_a_layer_out_of_range() {
         let golden = default_golden().expect("embedded golden");
         let g = golden.clone();
-        let factory = move || -> Result<Vec<BoxedBackend>, String> {
-            super::super::oracle_for(&g)
-                .map(|o| vec![Box::new(o) as BoxedBackend])
-                .map_err(|e| e.to_string())
+        let factory = move || -> Result<Vec<BoxedBackend>, SessionError> {
+            super::super::oracle_for(&g).map(|o| vec![Box::new(o) as BoxedBackend])
         };
         let bad = LocalizeRequest {
             plant: vec!["flip@L2".into()],
@@ -549,7 +555,7 @@ mod tests {
             .expect_err("layer out of range")
             .to_string();
         assert!(e.starts_with("pin from layer"), "{e}");
-        let none = || -> Result<Vec<BoxedBackend>, String> { Ok(Vec::new()) };
+        let none = || -> Result<Vec<BoxedBackend>, SessionError> { Ok(Vec::new()) };
         let e = run_localize(&golden, &none, &LocalizeRequest::default())
             .expect_err("no backend")
             .to_string();

@@ -535,7 +535,7 @@ pub struct LocalizeOutcome {
 /// and test are CPU oracles on the golden's own weights, the test one with those faults.
 pub fn run_localize(
     golden: &Golden,
-    factory: &dyn Fn() -> Result<Vec<super::BoxedBackend>, String>,
+    factory: &dyn Fn() -> Result<Vec<super::BoxedBackend>, SessionError>,
     request: &LocalizeRequest,
 ) -> Result<LocalizeOutcome, SessionError> {
     let faults: Vec<Fault> = request
@@ -556,17 +556,13 @@ pub fn run_localize(
             });
         }
     }
-    let build = |msg: String| SessionError::Build {
-        backend: "the app's".into(),
-        msg,
-    };
     let planted = !faults.is_empty();
     let (recorded, reference_name, other_backend) = if planted {
         let mut oracle = super::oracle_for(golden)?;
         let recorded = RecordedRun::record(golden, &mut oracle)?;
         (recorded, "cpu oracle".to_string(), false)
     } else {
-        let mut backends = factory().map_err(build)?;
+        let mut backends = factory()?;
         let other = backends.len() > 1;
         let Some(first) = backends.first_mut() else {
             return Err(SessionError::NoBackend);
@@ -593,7 +589,7 @@ pub fn run_localize(
             test_name = format!("cpu oracle with {}", request.plant.join(", "));
             return Ok(Box::new(o));
         }
-        let mut backends = factory().map_err(build)?;
+        let mut backends = factory()?;
         let Some(test) = backends.pop() else {
             return Err(SessionError::NoBackend);
         };

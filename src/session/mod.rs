@@ -128,6 +128,24 @@ pub enum SessionError {
     /// The weights of a run could not be opened.
     #[error("{path}: {msg}")]
     Weights { path: String, msg: String },
+    #[error(transparent)]
+    Import(Box<crate::import::ImportError>),
+}
+
+impl From<crate::import::ImportError> for SessionError {
+    fn from(e: crate::import::ImportError) -> SessionError {
+        SessionError::Import(Box::new(e))
+    }
+}
+
+impl SessionError {
+    /// A backend that could not be built, with the builder's own error.
+    pub fn build(backend: &str, e: impl std::fmt::Display) -> SessionError {
+        SessionError::Build {
+            backend: backend.to_string(),
+            msg: e.to_string(),
+        }
+    }
 }
 
 /// The model config and engram tables of a golden's fixture (tables derived when the fixture

@@ -20,6 +20,7 @@ use crate::session::controller::{
 use crate::session::export::Provenance;
 use crate::session::invariants::Violation;
 use crate::session::Mode;
+use crate::session::SessionError;
 use eframe::egui;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ impl GpuStatus {
 /// GGUF whose weights and metadata they run on (`--gguf`, or one opened in the app); None: the
 /// golden's filler weights.
 pub type BackendMaker =
-    Arc<dyn Fn(&Golden, Option<&Path>) -> Result<Vec<BoxedBackend>, String> + Send + Sync>;
+    Arc<dyn Fn(&Golden, Option<&Path>) -> Result<Vec<BoxedBackend>, SessionError> + Send + Sync>;
 
 /// How the app is started.
 #[derive(Clone)]
@@ -96,9 +97,7 @@ impl AppOptions {
             golden: None,
             gguf: None,
             backends: Arc::new(|g: &Golden, gguf: Option<&Path>| {
-                crate::session::oracle_on(g, gguf)
-                    .map(|o| vec![Box::new(o) as BoxedBackend])
-                    .map_err(|e| e.to_string())
+                crate::session::oracle_on(g, gguf).map(|o| vec![Box::new(o) as BoxedBackend])
             }),
             gpu: GpuStatus::NotBuilt,
             run_on_start: true,

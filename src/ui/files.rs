@@ -89,16 +89,11 @@ pub fn run_determinism_async(
     spawn("determinism", move || {
         use crate::model::Backend;
         use crate::session::SessionError;
-        let fail = |msg: String| SessionError::Build {
-            backend: "the app's".into(),
-            msg,
-        };
         let name = std::cell::RefCell::new(String::new());
         let mut make = || -> Result<Box<dyn Backend>, SessionError> {
-            let b = backends(&golden, gguf.as_deref())
-                .map_err(fail)?
+            let b = backends(&golden, gguf.as_deref())?
                 .pop()
-                .ok_or_else(|| fail("the app has no backend".into()))?;
+                .ok_or(SessionError::NoBackend)?;
             *name.borrow_mut() = b.name();
             Ok(b)
         };

@@ -14,8 +14,7 @@ pub fn with_captures(inner: BackendMaker, dump: PathBuf, map: NameMap) -> Backen
         let mut backends = inner(golden, gguf)?;
         backends.truncate(1);
         let imported =
-            crate::import::backend_for(&dump, &map, golden, crate::session::step_of_capture)
-                .map_err(|e| e.to_string())?;
+            crate::import::backend_for(&dump, &map, golden, crate::session::step_of_capture)?;
         backends.push(Box::new(imported) as BoxedBackend);
         Ok(backends)
     })

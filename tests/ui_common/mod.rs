@@ -109,9 +109,9 @@ pub fn planted_options(faults: Vec<Fault>, diagnostics: bool) -> AppOptions {
     let mut o = AppOptions::cpu_only();
     o.show_frame_time = false;
     o.backends = Arc::new(move |g: &Golden, gguf: Option<&Path>| {
-        let mut reference = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
+        let mut reference = session::oracle_on(g, gguf)?;
         reference.diagnostics = diagnostics;
-        let mut test = session::oracle_on(g, gguf).map_err(|e| e.to_string())?;
+        let mut test = session::oracle_on(g, gguf)?;
         test.faults = FaultPlan::new(faults.clone());
         Ok(vec![
             Box::new(reference) as BoxedBackend,
