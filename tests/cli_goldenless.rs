@@ -2,28 +2,14 @@
 //! (regimes named as goldens name them, greedy decode tokens, the GPU compared with the oracle,
 //! the same closing line and exit codes as a golden check).
 
-use std::path::Path;
-use std::process::Command;
+mod gguf_cli_common;
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_golden-lens"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use gguf_cli_common::run;
+use std::path::Path;
 
 /// A tiny deepseek41 GGUF of the embedded golden's model, written by `gguf export`.
 fn tiny_gguf(dir: &Path) -> String {
-    let f = dir.join("tiny.gguf");
-    let p = f.to_str().expect("utf8").to_string();
-    let (code, _, err) = run(&["gguf", "export", "--out", &p]);
-    assert_eq!(code, 0, "{err}");
-    p
+    gguf_cli_common::tiny_gguf(dir, "tiny.gguf", "ds4")
 }
 
 #[test]
@@ -102,5 +88,68 @@ fn the_gpu_is_compared_with_the_live_oracle_and_an_injection_is_named() {
     assert!(
         out.contains("first gpu divergence: prefill8 L2.sa_q (Block(2))"),
         "{out}"
+    );
+}
+
+#[test]
+fn a_layer_range_runs_its_blocks_with_times_and_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gguf = tiny_gguf(dir.path());
+    let json = dir.path().join("run.json");
+    let (code, out, err) = run(&[
+        "check",
+        "--gguf",
+        &gguf,
+        "--tokens",
+        "0,17,42,9,3",
+        "--decode",
+        "1",
+        "--layers",
+        "2-4",
+        "--json",
+        json.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("layers:  2-4 of 0-5"), "{out}");
+    // One timing row per block of the range, none outside it.
+    for l in 2..=4 {
+        assert!(out.contains(&format!("\nBlock({l}) ")), "{out}");
+    }
+    assert!(
+        !out.contains("Block(0)") && !out.contains("Block(5)"),
+        "{out}"
+    );
+    assert!(out.contains("peak anonymous memory"), "{out}");
+    // Progress on stderr: step counter, elapsed and ETA.
+    assert!(err.contains("[1/") && err.contains("ETA"), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parse");
+    assert_eq!(doc["layers"], "2-4");
+    assert!(doc["memory"]["peak_rss_anon_bytes"].as_u64().unwrap_or(0) > 0);
+    assert_eq!(doc["generated"].as_array().map(Vec::len), Some(2));
+    let timing = doc["timing"].as_array().expect("timing");
+    assert!(timing.iter().any(|t| t["step"] == "Block(3)"));
+    assert!(!timing.iter().any(|t| t["step"] == "Block(1)"));
+}
+
+#[test]
+fn bad_layers_and_a_prompt_without_a_vocabulary_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gguf = tiny_gguf(dir.path());
+    let (code, _, err) = run(&["check", "--gguf", &gguf, "--tokens", "1", "--layers", "2-9"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("the model has layers 0-5"), "{err}");
+    let (code, _, err) = run(&["check", "--gguf", &gguf, "--tokens", "1", "--layers", "x"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("expected `A-B`"), "{err}");
+    // The tiny export ships tokens but no merges: --prompt names the missing key.
+    let (code, _, err) = run(&["check", "--gguf", &gguf, "--prompt", "hello"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("tokenizer.ggml.merges"), "{err}");
+    let (code, _, err) = run(&["check", "--layers", "2-3"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--layers applies to runs on --tokens"),
+        "{err}"
     );
 }

@@ -80,6 +80,14 @@ pub struct CheckArgs {
     /// oracle's greedy next token.
     #[arg(long, default_value_t = 0)]
     pub decode: usize,
+    /// With `--tokens`/`--prompt`: run only blocks A..=B (then `Final` on block B's output),
+    /// e.g. `2-3` or `2`. A golden written on a GGUF replays the range it records.
+    #[arg(long, value_name = "A-B")]
+    pub layers: Option<String>,
+    /// Byte budget in GiB of each weight cache (the GGUF's dequantized tensors, the GPU's
+    /// device weights); default 1 GiB each, sized for a 24 GB machine.
+    #[arg(long, value_name = "GIB")]
+    pub cache_gib: Option<f64>,
     /// Print only failing rows and the summary.
     #[arg(long)]
     pub quiet: bool,
@@ -124,6 +132,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     if args.decode > 0 {
         anyhow::bail!("--decode applies to runs on --tokens or --prompt");
     }
+    if args.layers.is_some() {
+        anyhow::bail!(
+            "--layers applies to runs on --tokens or --prompt (a golden written on a GGUF \
+             replays the range it records)"
+        );
+    }
     let golden = match &args.golden {
         Some(p) => Golden::load(p)?,
         None => golden_lens::golden::embedded::default_golden()?,
@@ -148,7 +162,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         only,
         stop_after_regime: args.regime.clone(),
         strict: args.strict,
-        invariants: Some(session::model_of(&golden)?.0),
+        invariants: Some(super::model::golden_config(&golden)?),
         pin_from: None,
     };
     let model = super::model::open(&golden, args.gguf.as_deref())?;

@@ -12,35 +12,158 @@ pub enum GoldenCmd {
     /// Print the fixture summary of a golden; non-zero exit on an invalid file (2) or when its
     /// weights do not regenerate from `weights_meta` (1).
     Info { path: std::path::PathBuf },
-    /// Run the CPU oracle over a golden's fixture and write a golden in the Atlas schema.
-    Write {
-        /// A golden whose fixture and weights_meta define the graph.
-        #[arg(long)]
-        fixture: std::path::PathBuf,
-        /// Where to write the golden (atomically).
-        #[arg(long)]
-        out: std::path::PathBuf,
-        /// Which captures are stored whole: `v3` (the engram and L0 inputs), `all`, or `none`.
-        #[arg(long, default_value = "v3")]
-        full: String,
-    },
+    /// Run the CPU oracle over a golden's fixture (`--fixture`), or over a GGUF's weights on
+    /// given tokens (`--gguf F --tokens IDS|--prompt TEXT`), and write a golden in the Atlas
+    /// schema.
+    Write(WriteArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WriteArgs {
+    /// A golden whose fixture and weights_meta define the graph.
+    #[arg(long, conflicts_with = "gguf")]
+    fixture: Option<std::path::PathBuf>,
+    /// Record the oracle's run on this deepseek41 GGUF instead: the fixture from the GGUF's
+    /// config, the file's identity in place of weights_meta.
+    #[arg(long)]
+    gguf: Option<std::path::PathBuf>,
+    /// With --gguf: the prefill's token ids (comma-separated).
+    #[arg(long, value_name = "IDS")]
+    tokens: Option<String>,
+    /// With --gguf: the prefill's text, tokenized with the GGUF's vocabulary.
+    #[arg(long, value_name = "TEXT")]
+    prompt: Option<String>,
+    /// With --gguf: this many greedy decode steps after the prefill.
+    #[arg(long, default_value_t = 0)]
+    decode: usize,
+    /// With --gguf: record only blocks A..=B (then `Final` on block B's output).
+    #[arg(long, value_name = "A-B")]
+    layers: Option<String>,
+    /// With --gguf: byte budget in GiB of the GGUF's dequantized-tensor cache.
+    #[arg(long, value_name = "GIB")]
+    cache_gib: Option<f64>,
+    /// Where to write the golden (atomically).
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// Which captures are stored whole: `v3` (the engram and L0 inputs), `all`, `none`, or a
+    /// comma-separated list of capture names.
+    #[arg(long, default_value = "v3")]
+    full: String,
 }
 
 pub fn run(cmd: GoldenCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         GoldenCmd::Info { path } => info(&path),
-        GoldenCmd::Write { fixture, out, full } => write(&fixture, &out, &full),
+        GoldenCmd::Write(a) => match (&a.fixture, &a.gguf) {
+            (Some(fixture), None) => {
+                if a.tokens.is_some() || a.prompt.is_some() || a.layers.is_some() || a.decode > 0 {
+                    anyhow::bail!(
+                        "--tokens, --prompt, --decode and --layers record a GGUF's run: give \
+                         --gguf F instead of --fixture"
+                    );
+                }
+                write(fixture, &a.out, &a.full)
+            }
+            (None, Some(gguf)) => write_gguf(gguf, &a),
+            _ => anyhow::bail!("give --fixture G (a golden's model) or --gguf F (a GGUF's)"),
+        },
     }
 }
 
-fn write(fixture: &Path, out: &Path, full: &str) -> anyhow::Result<ExitCode> {
-    use golden_lens::session::writer::{write_golden, FullCaptures};
-    let full = match full {
+fn full_captures(full: &str) -> anyhow::Result<golden_lens::session::writer::FullCaptures> {
+    use golden_lens::session::writer::FullCaptures;
+    Ok(match full {
         "v3" => FullCaptures::V3,
         "all" => FullCaptures::All,
         "none" => FullCaptures::None,
-        other => anyhow::bail!("--full {other}: expected v3, all or none"),
+        list => {
+            let names: Vec<String> = list
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.is_empty() {
+                anyhow::bail!("--full {list}: expected v3, all, none or capture names");
+            }
+            FullCaptures::Names(names)
+        }
+    })
+}
+
+/// `golden write --gguf F --tokens IDS`: the oracle's run on the GGUF, recorded.
+fn write_gguf(gguf: &Path, a: &WriteArgs) -> anyhow::Result<ExitCode> {
+    use super::goldenless::{open_run, print_memory, GgufRunArgs, RunProgress};
+    use golden_lens::model::memory::MemorySampler;
+    use golden_lens::session::reference::TokensReference;
+    use golden_lens::session::writer::{
+        engram_tables_hash, write_gguf_golden, GgufIdentity, GgufRecording,
     };
+    let full = full_captures(&a.full)?;
+    let run = open_run(&GgufRunArgs {
+        gguf,
+        tokens: a.tokens.as_deref(),
+        prompt: a.prompt.as_deref(),
+        layers: a.layers.as_deref(),
+        cache_gib: a.cache_gib,
+    })?;
+    let recording = GgufRecording {
+        identity: GgufIdentity::of(gguf)?,
+        layers: run.model.layers().map(|r| r.first()..=r.last()),
+        engram_tables_fnv1a64: run.model.tables.as_ref().map(engram_tables_hash),
+    };
+    let reference = TokensReference::prompt(
+        format!("{} (cpu oracle)", gguf.display()),
+        run.model.cfg.clone(),
+        run.ids.clone(),
+        a.decode,
+    );
+    let mut progress = RunProgress::new(&run.model, reference.regimes.len());
+    let mut oracle = run.model.oracle();
+    let mut per_step: Vec<(String, f64)> = Vec::new();
+    let text = write_gguf_golden(
+        &run.model.cfg,
+        &recording,
+        reference,
+        &mut oracle,
+        &full,
+        &mut |o| {
+            progress.step(o, run.tokenizer.as_ref());
+            let s = o.seconds.first().copied().unwrap_or(0.0);
+            match per_step.iter_mut().find(|(n, _)| *n == o.step.to_string()) {
+                Some((_, t)) => *t += s,
+                None => per_step.push((o.step.to_string(), s)),
+            }
+        },
+    )?;
+    let wall = progress.elapsed();
+    let mem = run.memory.map(MemorySampler::stop);
+    golden_lens::session::export::write_atomic(&a.out, text.as_bytes())?;
+    let written =
+        Golden::load(&a.out).with_context(|| format!("re-reading {}", a.out.display()))?;
+    println!("{:<12} {:>12}", "step", "cpu");
+    let mut compute = 0.0;
+    for (step, s) in &per_step {
+        println!("{step:<12} {s:>10.3} s");
+        compute += s;
+    }
+    println!("{:<12} {compute:>10.3} s", "total");
+    progress.print_all_zero();
+    print_memory(mem.as_ref());
+    println!(
+        "wrote {} ({} bytes, {} captures in {} regimes; recorded on {}, header fnv1a64 {}) in {wall:.3} s wall",
+        a.out.display(),
+        text.len(),
+        written.capture_count(),
+        written.regimes.len(),
+        recording.identity.path,
+        recording.identity.header_fnv1a64
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write(fixture: &Path, out: &Path, full: &str) -> anyhow::Result<ExitCode> {
+    use golden_lens::session::writer::write_golden;
+    let full = full_captures(full)?;
     let golden = Golden::load(fixture)?;
     let mut oracle = golden_lens::session::oracle_for(&golden)?;
     let text = write_golden(&golden, &mut oracle, &full)?;

@@ -6,14 +6,20 @@
 
 use super::check::{print_triage, CheckArgs};
 use super::model::ModelParts;
+use anyhow::Context;
+use golden_lens::model::memory::{MemoryReport, MemorySampler, DEFAULT_SAMPLE_INTERVAL};
+use golden_lens::model::tokenizer::GgufTokenizer;
+use golden_lens::model::{CaptureValues, LayerRange, Step};
 use golden_lens::session::export::write_atomic;
 use golden_lens::session::multi::{cross_json, triage_totals};
 use golden_lens::session::reference::TokensReference;
 use golden_lens::session::run::{KeepValues, RunRecord};
-use golden_lens::session::{CheckOptions, StepBackend, Stepper};
+use golden_lens::session::{CheckOptions, StepBackend, StepOutcome, Stepper};
 use serde_json::json;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Parse `--tokens 0,17,42`: comma-separated non-negative ids below the vocabulary size.
 pub fn parse_tokens(text: &str, vocab: usize) -> anyhow::Result<Vec<i64>> {
@@ -41,6 +47,252 @@ pub fn wanted(args: &CheckArgs) -> bool {
     args.tokens.is_some() || args.prompt.is_some()
 }
 
+/// What a run on a GGUF without a golden starts from (shared by `check --tokens/--prompt` and
+/// `golden write --gguf`): the model (with its layer range), the prefill ids, the GGUF's
+/// tokenizer when it has one, and the memory sampler, started before the GGUF was opened.
+pub struct GgufRun {
+    pub model: ModelParts,
+    pub ids: Vec<i64>,
+    pub tokenizer: Option<GgufTokenizer>,
+    pub memory: Option<MemorySampler>,
+}
+
+/// The options of a run on a GGUF's tokens (`--tokens`, `--prompt`, `--layers`, `--cache-gib`).
+pub struct GgufRunArgs<'a> {
+    pub gguf: &'a Path,
+    pub tokens: Option<&'a str>,
+    pub prompt: Option<&'a str>,
+    pub layers: Option<&'a str>,
+    pub cache_gib: Option<f64>,
+}
+
+/// `--cache-gib G` in bytes: a positive finite number of GiB.
+pub fn cache_bytes(gib: Option<f64>) -> anyhow::Result<Option<usize>> {
+    let Some(g) = gib else {
+        return Ok(None);
+    };
+    if !(g.is_finite() && g > 0.0) {
+        anyhow::bail!("--cache-gib {g}: expected a positive number of GiB");
+    }
+    let bytes = g * f64::from(1u32 << 30);
+    if bytes >= usize::MAX as f64 {
+        anyhow::bail!("--cache-gib {g}: larger than this platform's address space");
+    }
+    Ok(Some(bytes as usize))
+}
+
+/// Open the GGUF, apply `--layers`, and turn `--tokens` or `--prompt` into ids (printed with
+/// their pieces).
+pub fn open_run(a: &GgufRunArgs<'_>) -> anyhow::Result<GgufRun> {
+    let memory = MemorySampler::start(DEFAULT_SAMPLE_INTERVAL);
+    let mut model = ModelParts::from_gguf_with_cache(a.gguf, cache_bytes(a.cache_gib)?)?;
+    println!("weights: {}", model.describe());
+    if let Some(text) = a.layers {
+        let range = LayerRange::parse(text).context("--layers")?;
+        model.set_layers(Some(range)).context("--layers")?;
+    }
+    if let Some(r) = model.layers() {
+        println!(
+            "layers:  {r} of 0-{} (then Final on block {}'s output)",
+            model.cfg.n_layers - 1,
+            r.last()
+        );
+    }
+    // The vocabulary is optional for --tokens (pieces are printed when there is one) and
+    // required for --prompt.
+    let file = golden_lens::gguf::GgufFile::open(a.gguf)
+        .with_context(|| format!("{}: reading the tokenizer metadata", a.gguf.display()))?;
+    let tokenizer = GgufTokenizer::from_gguf(&file);
+    let (ids, tokenizer) = match (a.tokens, a.prompt) {
+        (Some(t), None) => (parse_tokens(t, model.cfg.vocab_size)?, tokenizer.ok()),
+        (None, Some(text)) => {
+            let tok = tokenizer.with_context(|| {
+                format!("--prompt: {} has no usable tokenizer", a.gguf.display())
+            })?;
+            for n in &tok.notes {
+                println!("note: {n}");
+            }
+            let t = tok.tokenize(text)?;
+            let ids: Vec<i64> = t.ids.iter().map(|&i| i64::from(i)).collect();
+            if let Some(bad) = ids
+                .iter()
+                .find(|&&i| i as u64 >= model.cfg.vocab_size as u64)
+            {
+                anyhow::bail!(
+                    "--prompt: token {bad} is outside the model's vocabulary 0..{}",
+                    model.cfg.vocab_size
+                );
+            }
+            if ids.is_empty() {
+                anyhow::bail!("--prompt: the text tokenizes to no tokens");
+            }
+            println!("prompt:  {text:?}");
+            (ids, Some(tok))
+        }
+        (Some(_), Some(_)) => anyhow::bail!("give either --tokens or --prompt, not both"),
+        (None, None) => anyhow::bail!("give --tokens IDS or --prompt TEXT"),
+    };
+    println!("tokens:  {ids:?}");
+    if let Some(tok) = &tokenizer {
+        println!("pieces:  {:?}", pieces(tok, &ids));
+    }
+    Ok(GgufRun {
+        model,
+        ids,
+        tokenizer,
+        memory,
+    })
+}
+
+/// The vocabulary piece of each id.
+fn pieces(tok: &GgufTokenizer, ids: &[i64]) -> Vec<String> {
+    ids.iter()
+        .map(|&i| {
+            u32::try_from(i)
+                .ok()
+                .and_then(|i| tok.piece(i))
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect()
+}
+
+/// All-zero captures listed one per row before the rest are only counted (a synthesized file
+/// with 36 unfilled layers has hundreds).
+const MAX_ZERO_ROWS: usize = 24;
+
+/// Progress of a long run on stderr: step, layer, elapsed and ETA (from the mean step time so
+/// far), and the greedy tokens and text decode steps produce on stdout.
+pub struct RunProgress {
+    t0: Instant,
+    steps_total: usize,
+    done: usize,
+    /// Captures that are zero in every element (regime, name), for the note.
+    pub all_zero: Vec<(String, String)>,
+    /// Greedy tokens chosen after each regime.
+    pub generated: Vec<i64>,
+}
+
+impl RunProgress {
+    /// Progress over `regimes` regimes of the model's steps.
+    pub fn new(model: &ModelParts, regimes: usize) -> RunProgress {
+        let per = golden_lens::model::layer_range::steps_for(&model.cfg, model.layers()).len();
+        RunProgress {
+            t0: Instant::now(),
+            steps_total: per.saturating_mul(regimes),
+            done: 0,
+            all_zero: Vec::new(),
+            generated: Vec::new(),
+        }
+    }
+
+    /// Seconds since the run started.
+    pub fn elapsed(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Account for one finished step.
+    pub fn step(&mut self, o: &StepOutcome, tokenizer: Option<&GgufTokenizer>) {
+        self.done += 1;
+        let elapsed = self.elapsed();
+        let left = self.steps_total.saturating_sub(self.done);
+        let eta = elapsed / self.done as f64 * left as f64;
+        let times = o
+            .seconds
+            .iter()
+            .map(|s| format!("{s:.2} s"))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        eprintln!(
+            "[{}/{} {:>8.1} s, ETA {:>7.1} s] {} {} ({} captures; {times})",
+            self.done,
+            self.steps_total,
+            elapsed,
+            eta,
+            o.regime,
+            o.step,
+            o.results.len()
+        );
+        for r in &o.results {
+            if let Some(c) = r.capture_of(0) {
+                let zero = match &c.values {
+                    CaptureValues::F32(v) => v.iter().all(|&x| x == 0.0),
+                    CaptureValues::I64(v) => v.iter().all(|&x| x == 0),
+                };
+                if zero && !c.is_diagnostic() {
+                    self.all_zero.push((o.regime.clone(), c.name.clone()));
+                }
+            }
+        }
+        if o.regime_end.is_none() {
+            return;
+        }
+        let caps: Vec<_> = o.results.iter().filter_map(|r| r.capture_of(0)).collect();
+        if let Some(next) = golden_lens::session::reference::greedy_next_token(&caps) {
+            self.generated.push(next);
+            let piece = tokenizer
+                .and_then(|t| u32::try_from(next).ok().and_then(|i| t.piece(i)))
+                .map(|p| format!(" `{p}`"))
+                .unwrap_or_default();
+            let text = tokenizer
+                .and_then(|t| {
+                    let ids: Vec<u32> = self
+                        .generated
+                        .iter()
+                        .filter_map(|&i| u32::try_from(i).ok())
+                        .collect();
+                    t.detokenize(&ids).ok()
+                })
+                .map(|s| format!("; text so far {s:?}"))
+                .unwrap_or_default();
+            println!("{}: greedy next token {next}{piece}{text}", o.regime);
+        }
+    }
+
+    /// The all-zero captures, for the closing note.
+    pub fn print_all_zero(&self) {
+        if self.all_zero.is_empty() {
+            println!("all-zero captures: none");
+            return;
+        }
+        println!(
+            "all-zero captures: {} (zero in every element; holes in a synthesized GGUF, a \
+             zero-initialised state or an unfilled layer give these)",
+            self.all_zero.len()
+        );
+        for (regime, name) in self.all_zero.iter().take(MAX_ZERO_ROWS) {
+            println!("{regime:<10} {name:<28} ALL ZERO");
+        }
+        if self.all_zero.len() > MAX_ZERO_ROWS {
+            println!(
+                "... and {} more (every one is in --json)",
+                self.all_zero.len() - MAX_ZERO_ROWS
+            );
+        }
+    }
+}
+
+/// Per-step times by layer and per backend, the total, and peak anonymous memory.
+pub fn print_memory(mem: Option<&MemoryReport>) {
+    match mem {
+        Some(m) => println!("memory: {}", m.summary()),
+        None => println!("memory: RssAnon is not reported on this platform"),
+    }
+}
+
+/// The memory report as JSON.
+pub fn memory_json(mem: Option<&MemoryReport>) -> serde_json::Value {
+    match mem {
+        Some(m) => json!({
+            "peak_rss_anon_bytes": m.peak_rss_anon_bytes,
+            "start_rss_anon_bytes": m.start_rss_anon_bytes,
+            "peak_rss_file_bytes": m.peak_rss_file_bytes,
+            "samples": m.samples,
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
 /// Run the golden-less check.
 pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
     let Some(gguf) = &args.gguf else {
@@ -49,23 +301,25 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
     if args.golden.is_some() {
         anyhow::bail!("--tokens/--prompt take the truth from the oracle: drop --golden");
     }
-    let model = ModelParts::from_gguf(gguf)?;
-    println!("weights: {}", model.describe());
-    let ids = match (&args.tokens, &args.prompt) {
-        (Some(t), None) => parse_tokens(t, model.cfg.vocab_size)?,
-        (None, Some(_)) => anyhow::bail!(
-            "--prompt needs the GGUF's tokenizer, which this build does not have yet; give \
-             --tokens"
-        ),
-        _ => anyhow::bail!("give either --tokens or --prompt, not both"),
-    };
-    println!("tokens:  {ids:?}");
+    let GgufRun {
+        model,
+        ids,
+        tokenizer,
+        memory,
+    } = open_run(&GgufRunArgs {
+        gguf,
+        tokens: args.tokens.as_deref(),
+        prompt: args.prompt.as_deref(),
+        layers: args.layers.as_deref(),
+        cache_gib: args.cache_gib,
+    })?;
     let reference = TokensReference::prompt(
         format!("{} (cpu oracle, live)", gguf.display()),
         model.cfg.clone(),
         ids,
         args.decode,
     );
+    let regimes = reference.regimes.len();
     let opts = CheckOptions {
         only: args
             .only
@@ -82,32 +336,18 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
     if let Some(g) = gpu.as_mut() {
         backends.push(g.backend());
     }
-    let t0 = std::time::Instant::now();
+    let mut progress = RunProgress::new(&model, regimes);
     let mut stepper = Stepper::new(Arc::new(reference), backends, opts)?;
     let mut record = RunRecord::for_stepper(&stepper, KeepValues::Failing);
     while let Some(o) = stepper.next_step()? {
-        eprintln!(
-            "[{:>8.1} s] {} {} ({} captures)",
-            t0.elapsed().as_secs_f64(),
-            o.regime,
-            o.step,
-            o.results.len()
-        );
-        if o.regime_end.is_some() {
-            if let Some(next) = golden_lens::session::reference::greedy_next_token(
-                &o.results
-                    .iter()
-                    .filter_map(|r| r.capture_of(0))
-                    .collect::<Vec<_>>(),
-            ) {
-                println!("{}: greedy next token {next}", o.regime);
-            }
-        }
+        progress.step(&o, tokenizer.as_ref());
         record.push(o);
     }
     drop(stepper);
-    let total_s = t0.elapsed().as_secs_f64();
+    let total_s = progress.elapsed();
+    let mem = memory.map(MemorySampler::stop);
     print_timing(&record);
+    progress.print_all_zero();
     let oracle_report = record.report(0);
     for (regime, v) in &oracle_report.violations {
         println!(
@@ -212,6 +452,21 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
             record.timings.len()
         );
     }
+    if let Some(tok) = &tokenizer {
+        if !progress.generated.is_empty() {
+            let ids: Vec<u32> = progress
+                .generated
+                .iter()
+                .filter_map(|&i| u32::try_from(i).ok())
+                .collect();
+            println!(
+                "generated: {:?} = {:?}",
+                progress.generated,
+                tok.detokenize(&ids).unwrap_or_default()
+            );
+        }
+    }
+    print_memory(mem.as_ref());
     println!("run: {total_s:.3} s wall");
     if let Some(path) = &args.json {
         let doc = json!({
@@ -220,6 +475,11 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
             "backends": (0..record.backends.len()).map(|i| record.report(i).to_json()).collect::<Vec<_>>(),
             "cross": (0..multi.cross.len()).map(|i| cross_json(&multi, i)).collect::<Vec<_>>(),
             "timing": timing_json(&record),
+            "layers": model.layers().map(|r| r.to_string()),
+            "generated": progress.generated,
+            "all_zero": progress.all_zero.iter().map(|(r, n)| json!({"regime": r, "capture": n})).collect::<Vec<_>>(),
+            "memory": memory_json(mem.as_ref()),
+            "wall_seconds": total_s,
         });
         write_atomic(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!("report written to {}", path.display());
@@ -233,8 +493,9 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Per step kind (summed over regimes) and per backend, wall seconds.
-fn print_timing(record: &RunRecord) {
+/// Per step (each layer's block on its own row, summed over regimes) and per backend, wall
+/// seconds, then each backend's total.
+pub fn print_timing(record: &RunRecord) {
     println!(
         "{:<12} {}",
         "step",
@@ -244,7 +505,8 @@ fn print_timing(record: &RunRecord) {
             .map(|b| format!("{b:>12}"))
             .collect::<String>()
     );
-    for (kind, secs) in record.seconds_per_kind() {
+    let by_step = record.seconds_per_kind();
+    for (kind, secs) in &by_step {
         println!(
             "{:<12} {}",
             kind.to_string(),
@@ -253,9 +515,29 @@ fn print_timing(record: &RunRecord) {
                 .collect::<String>()
         );
     }
+    let totals = step_totals(&by_step, record.backends.len());
+    println!(
+        "{:<12} {}",
+        "total",
+        totals
+            .iter()
+            .map(|s| format!("{s:>10.3} s"))
+            .collect::<String>()
+    );
 }
 
-fn timing_json(record: &RunRecord) -> serde_json::Value {
+/// Per backend, the sum over every step.
+fn step_totals(by_step: &[(Step, Vec<f64>)], n: usize) -> Vec<f64> {
+    let mut t = vec![0.0; n];
+    for (_, secs) in by_step {
+        for (acc, s) in t.iter_mut().zip(secs) {
+            *acc += s;
+        }
+    }
+    t
+}
+
+pub fn timing_json(record: &RunRecord) -> serde_json::Value {
     json!(record
         .seconds_per_kind()
         .into_iter()

@@ -88,6 +88,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 tokens: None,
                 prompt: None,
                 decode: 0,
+                layers: None,
+                cache_gib: None,
                 quiet: true,
                 strict: false,
                 repeat: 1,

@@ -199,6 +199,11 @@ impl GgufTokenizer {
             })
     }
 
+    /// `tokenizer.ggml.tokens[id]`, the byte-level piece of one id.
+    pub fn piece(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.tokens.len()

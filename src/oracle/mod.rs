@@ -100,6 +100,12 @@ impl Oracle {
         Ok(())
     }
 
+    /// Set a range already checked against this backend's config ([`LayerRange::new`] on the
+    /// same [`ModelConfig`], as `session::builder::ModelParts::set_layers` does), or none.
+    pub fn set_checked_layer_range(&mut self, range: Option<LayerRange>) {
+        self.layer_range = range;
+    }
+
     /// The blocks a forward runs, when restricted.
     pub fn layer_range(&self) -> Option<&LayerRange> {
         self.layer_range.as_ref()

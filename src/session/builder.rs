@@ -4,7 +4,9 @@
 
 use super::{model_of, SessionError};
 use crate::golden::Golden;
-use crate::model::{EngramTables, FillerSource, GgufSource, ModelConfig, WeightSource};
+use crate::model::{
+    EngramTables, FillerSource, GgufSource, LayerRange, LayerRangeError, ModelConfig, WeightSource,
+};
 use crate::oracle::Oracle;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +27,11 @@ pub struct ModelParts {
     pub tables: Option<EngramTables>,
     pub weights: Arc<dyn WeightSource>,
     pub origin: WeightsOrigin,
+    /// Blocks every backend built here runs (`--layers A-B`); `None` runs them all.
+    layers: Option<LayerRange>,
+    /// Byte budget of the GPU backend's device weight cache (`--cache-gib`); `None` keeps the
+    /// backend's default.
+    pub gpu_cache_bytes: Option<usize>,
 }
 
 impl ModelParts {
@@ -37,16 +44,31 @@ impl ModelParts {
             tables,
             weights: Arc::new(FillerSource::new(label.clone(), &golden.weights_meta)),
             origin: WeightsOrigin::GoldenFiller { golden: label },
+            layers: None,
+            gpu_cache_bytes: None,
         })
     }
 
     /// A `deepseek41` GGUF's metadata and weights (either dialect, any shard of a set); the
     /// file is mmapped, not read whole.
     pub fn from_gguf(path: &Path) -> Result<ModelParts, SessionError> {
+        ModelParts::from_gguf_with_cache(path, None)
+    }
+
+    /// [`ModelParts::from_gguf`] with the dequantized-tensor cache bounded to `cache_bytes`
+    /// (`--cache-gib`; `None` keeps [`crate::model::gguf_source::GGUF_DEFAULT_CACHE_BYTES`]).
+    pub fn from_gguf_with_cache(
+        path: &Path,
+        cache_bytes: Option<usize>,
+    ) -> Result<ModelParts, SessionError> {
         let (source, model) = GgufSource::open(path).map_err(|e| SessionError::Weights {
             path: path.display().to_string(),
             msg: e.to_string(),
         })?;
+        let source = match cache_bytes {
+            Some(b) => source.with_cache_budget_bytes(b),
+            None => source,
+        };
         Ok(ModelParts {
             cfg: model.cfg,
             tables: model.tables,
@@ -55,7 +77,24 @@ impl ModelParts {
                 describe: source.describe(),
             },
             weights: Arc::new(source),
+            layers: None,
+            gpu_cache_bytes: cache_bytes,
         })
+    }
+
+    /// Restrict every backend built from now on to blocks `range` (then `Final` on the last
+    /// one's output), checked against this model's config; `None` runs every block.
+    pub fn set_layers(
+        &mut self,
+        range: Option<std::ops::RangeInclusive<usize>>,
+    ) -> Result<(), LayerRangeError> {
+        self.layers = LayerRange::optional(&self.cfg, range)?;
+        Ok(())
+    }
+
+    /// The blocks the backends run, when restricted.
+    pub fn layers(&self) -> Option<&LayerRange> {
+        self.layers.as_ref()
     }
 
     /// The GGUF's model when `gguf` is given (what `--gguf` and a GGUF opened in the app
@@ -85,7 +124,9 @@ impl ModelParts {
 
     /// A fresh CPU oracle over these weights.
     pub fn oracle(&self) -> Oracle {
-        Oracle::new(self.cfg.clone(), self.weights.clone(), self.tables.clone())
+        let mut o = Oracle::new(self.cfg.clone(), self.weights.clone(), self.tables.clone());
+        o.set_checked_layer_range(self.layers);
+        o
     }
 
     /// A fresh CPU oracle that emits its diagnostic scores (what top-k triage scores
@@ -107,13 +148,18 @@ impl ModelParts {
             msg,
         };
         let ctx = crate::gpu::GpuContext::new().map_err(|e| fail(e.to_string()))?;
-        crate::gpu::GpuBackend::new(
+        let mut g = crate::gpu::GpuBackend::new(
             ctx,
             self.cfg.clone(),
             self.weights.clone(),
             self.tables.clone(),
             opts,
         )
-        .map_err(|e| fail(e.to_string()))
+        .map_err(|e| fail(e.to_string()))?;
+        g.set_checked_layer_range(self.layers);
+        if let Some(b) = self.gpu_cache_bytes {
+            g.weight_cache_budget_bytes = b;
+        }
+        Ok(g)
     }
 }
