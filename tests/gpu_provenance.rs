@@ -250,7 +250,15 @@ fn the_first_step_using_a_kernel_is_where_a_reload_of_it_reruns_from() {
             continue;
         }
         let first = gpu.first_step_using(&used).expect("used somewhere");
-        assert!(first <= s, "{s}: {used:?} first used at {first}");
+        // Forward order, not `Step`'s derived order (which sorts every Engram(l) before
+        // every Block(l), though Block(0) runs before Engram(1)).
+        let at = |t: Step| {
+            steps
+                .iter()
+                .position(|&u| u == t)
+                .expect("a step of the forward")
+        };
+        assert!(at(first) <= at(s), "{s}: {used:?} first used at {first}");
         for fam in used {
             let f = gpu.first_step_using(&[fam]).expect("used");
             assert!(gpu.kernels_of(f).contains(&fam), "{fam} at {f}");
