@@ -90,6 +90,15 @@ fn idx_concat(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[t * P.w + P.ww + c] = a[t * P.cw + c];
 }
 
+// acc + p_c * kv[j_c, d] for index column c when its row is present and p_c != 0.
+fn pv_term(z: ptr<function, array<f32, MAX_COLS>>, acc: vec2<f32>, t: u32, c: u32, d: u32) -> vec2<f32> {
+    let j = i32(idx[t * P.w + c]);
+    if (j >= 0 && u32(j) < P.n_rows && (*z)[c] != 0.0) {
+        return acc_fma(acc, (*z)[c], kv[u32(j) * P.hd + d]);
+    }
+    return acc;
+}
+
 // One lane per (token, head).
 @compute @workgroup_size(64)
 fn sparse_attn(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -109,7 +118,16 @@ fn sparse_attn(@builtin(global_invocation_id) gid: vec3<u32>) {
         } else {
             var acc = vec2<f32>(0.0, 0.0);
             let kb = u32(j) * P.hd;
-            for (var d = 0u; d < P.hd; d = d + 1u) {
+            // Unrolled by 4 (same order of terms): llvmpipe ends any invocation's loops after
+            // 65535 back-edges in total, which hd 512 x 128 columns would otherwise exceed.
+            var d = 0u;
+            for (; d + 4u <= P.hd; d = d + 4u) {
+                acc = acc_fma(acc, a[qb + d], kv[kb + d]);
+                acc = acc_fma(acc, a[qb + d + 1u], kv[kb + d + 1u]);
+                acc = acc_fma(acc, a[qb + d + 2u], kv[kb + d + 2u]);
+                acc = acc_fma(acc, a[qb + d + 3u], kv[kb + d + 3u]);
+            }
+            for (; d < P.hd; d = d + 1u) {
                 acc = acc_fma(acc, a[qb + d], kv[kb + d]);
             }
             z[c] = keep(acc_f32(acc) * P.scale);
@@ -132,11 +150,16 @@ fn sparse_attn(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     for (var d = 0u; d < P.hd; d = d + 1u) {
         var acc = vec2<f32>(0.0, 0.0);
-        for (var c = 0u; c < P.w; c = c + 1u) {
-            let j = i32(idx[t * P.w + c]);
-            if (j >= 0 && u32(j) < P.n_rows && z[c] != 0.0) {
-                acc = acc_fma(acc, z[c], kv[u32(j) * P.hd + d]);
-            }
+        // Unrolled by 4 like the scores (the llvmpipe back-edge budget).
+        var c = 0u;
+        for (; c + 4u <= P.w; c = c + 4u) {
+            acc = pv_term(&z, acc, t, c, d);
+            acc = pv_term(&z, acc, t, c + 1u, d);
+            acc = pv_term(&z, acc, t, c + 2u, d);
+            acc = pv_term(&z, acc, t, c + 3u, d);
+        }
+        for (; c < P.w; c = c + 1u) {
+            acc = pv_term(&z, acc, t, c, d);
         }
         out[qb + d] = bf16r(acc_f32(acc));
     }
