@@ -235,11 +235,13 @@ impl<'a> Stepper<'a> {
     /// Steps in the whole run, from the graph's step sequence (the first backend's, once a regime
     /// has begun); None when the config is unknown before the first step.
     pub fn steps_total(&self) -> Option<usize> {
+        // The first backend's steps honour a layer range (`--layers`); the config's are all.
         let per_regime = if self.begun {
             self.steps.len()
+        } else if let Some(first) = self.backends.first() {
+            first.steps().len()
         } else {
-            let cfg = self.cfg.as_ref()?;
-            cfg.steps().len()
+            self.cfg.as_ref()?.steps().len()
         };
         Some(per_regime * self.reference.regime_count())
     }
@@ -472,6 +474,25 @@ impl<'a> Stepper<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steps_total_counts_only_the_layer_range_before_and_after_a_regime() {
+        use crate::session::reference::GoldenReference;
+        let golden = crate::golden::embedded::default_golden().expect("embedded golden");
+        let reference: SharedReference = std::sync::Arc::new(
+            GoldenReference::new(std::sync::Arc::new(golden.clone())).expect("reference"),
+        );
+        let mut oracle = crate::session::oracle_for(&golden).expect("oracle");
+        let all = oracle.steps().len();
+        oracle.set_layer_range(Some(0..=1)).expect("layers 0-1");
+        let ranged = oracle.steps().len();
+        assert!(ranged < all, "{ranged} of {all}");
+        let regimes = reference.regime_count();
+        let stepper = Stepper::new(reference, vec![Box::new(oracle)], CheckOptions::default())
+            .expect("stepper");
+        // Before the first regime begins (and, the same code path, after each one ends).
+        assert_eq!(stepper.steps_total(), Some(ranged * regimes));
+    }
 
     #[test]
     fn audit_keys_by_selection() {
