@@ -119,8 +119,9 @@ fn the_embedded_shaders_pass_through_shader_set() {
         let pick = u8::try_from(pick).expect("fewer than 256 files");
         let data: Vec<u8> = std::iter::once(pick).chain(text).collect();
         let start = Instant::now();
-        let loaded = targets::load_shader_input(&data).expect("scratch directory");
-        if let Err(e) = loaded {
+        let (set, family) = targets::shader_input_set(&data).expect("UTF-8");
+        assert_eq!(set.file(family.name).map(|f| f.family), Some(family.name));
+        if let Err(e) = set.validate_family(family) {
             panic!("the embedded {name}.wgsl is refused: {}", e.rendered());
         }
         targets::shader_set(&data);
