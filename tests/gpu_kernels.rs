@@ -11,7 +11,7 @@ use golden_lens::gpu::loops::LLVMPIPE_LOOP_CAP;
 use golden_lens::gpu::quant::{quant, QuantMode};
 use golden_lens::gpu::rope::{rope, Positions};
 use golden_lens::gpu::rows;
-use golden_lens::gpu::{engram as geng, moe as gmoe, test_context, Gpu};
+use golden_lens::gpu::{engram as geng, moe as gmoe, test_context, Gpu, GpuError};
 use golden_lens::model::rope::RopeTable;
 use golden_lens::model::sparse::{select_candidate_blocks, window_idxs};
 use golden_lens::model::{ModelConfig, ScoreFunc};
@@ -945,4 +945,48 @@ fn sparse_attention_splits_rows_beyond_one_dispatch() {
     assert!(case.s * case.nh > g.max_groups() as usize);
     let (got, want) = case.run(&mut g);
     assert!(max_ulps(&got, &want) <= BF16_TRANSCENDENTAL_ULPS);
+}
+
+/// Mesa's llvmpipe stops an invocation's loops after `LLVMPIPE_LOOP_CAP` back-edges: a shape
+/// past it is refused there with a typed error naming the kernel, the shape and the cap (it
+/// would return stale flags); any other adapter runs it.
+#[test]
+fn shapes_past_the_llvmpipe_loop_cap_are_refused_there_and_run_elsewhere() {
+    let Some(mut g) = gpu("loop_cap") else { return };
+    let (t_vis, k) = (70_000, 4);
+    let score = rand(45, t_vis, 4.0, false);
+    let st = g.upload("score", &score).unwrap();
+    let decode = Causal {
+        prefill: false,
+        r: 1,
+    };
+    let got = gcomp::topk(&mut g, &st, 1, t_vis, k, 0, decode);
+    if g.loop_capped() {
+        let err = got.expect_err("refused on llvmpipe");
+        let msg = err.to_string();
+        let GpuError::LoopCap {
+            kernel,
+            entry,
+            back_edges,
+            cap,
+            ..
+        } = err
+        else {
+            panic!("not a loop-cap refusal: {msg}");
+        };
+        assert_eq!(
+            (kernel, entry, cap),
+            ("compress", "topk_flags", LLVMPIPE_LOOP_CAP)
+        );
+        assert!(back_edges > cap, "{msg}");
+        assert!(
+            msg.contains("70000 visible positions") && msg.contains("65535"),
+            "{msg}"
+        );
+    } else {
+        let mut want = torch_cpu_topk_set(&score, k);
+        want.sort_unstable();
+        let want: Vec<f32> = want.iter().map(|&p| p as f32).collect();
+        assert_eq!(g.read_all(&got.unwrap()).unwrap(), want);
+    }
 }
