@@ -100,15 +100,6 @@ fn idx_concat(@builtin(global_invocation_id) gid: vec3<u32>) {
 var<workgroup> z: array<f32, MAX_COLS>;
 var<workgroup> row_inv: f32;
 
-// acc + p_c * kv[j_c, d] for index column c when its row is present and p_c != 0.
-fn pv_term(acc: vec2<f32>, t: u32, c: u32, d: u32) -> vec2<f32> {
-    let j = i32(idx[t * P.w + c]);
-    if (j >= 0 && u32(j) < P.n_rows && z[c] != 0.0) {
-        return acc_fma(acc, z[c], kv[u32(j) * P.hd + d]);
-    }
-    return acc;
-}
-
 // Row q.k score of index column c: the hd products in order d = 0 .. hd - 1, scaled once.
 fn qk_score(t: u32, qb: u32, c: u32) -> f32 {
     let j = i32(idx[t * P.w + c]);
@@ -135,10 +126,10 @@ fn qk_score(t: u32, qb: u32, c: u32) -> f32 {
 // dispatches of at most 65535 workgroups). Mesa's llvmpipe ends an invocation's loops after 65535
 // back-edges in total, which one lane per row passed at hd 512 x a few hundred columns; here
 // the invocations split the columns for q.k and the output dims for p.v, so one of them loops
-// about (w / 64) · hd / 4 + 2w + (hd / 64) · w / 4 times (about 6,300 at hd 512 x 1023
-// columns). Every sum runs in the order the one-lane kernel used, so the bits are the same:
-// each column's q.k over d in order, the max and the softmax sum over c in order by
-// invocation 0, each output dim's p.v over c in order.
+// about (w / 64) · hd / 4 + 2w + (hd / 256) · w times (about 6,200 at hd 512 x 1023 columns).
+// Every sum runs in the order the one-lane kernel used, so the bits are the same: each
+// column's q.k over d in order, the max and the softmax sum over c in order by invocation 0,
+// each output dim's p.v over c in order.
 @compute @workgroup_size(64)
 fn sparse_attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let th = P.row0 + wid.x;
@@ -175,19 +166,42 @@ fn sparse_attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         z[c] = p;
     }
     workgroupBarrier();
-    for (var d = lid.x; d < P.hd; d = d + 64u) {
-        var acc = vec2<f32>(0.0, 0.0);
-        // Unrolled by 4 like the scores.
-        var c = 0u;
-        for (; c + 4u <= P.w; c = c + 4u) {
-            acc = pv_term(acc, t, c, d);
-            acc = pv_term(acc, t, c + 1u, d);
-            acc = pv_term(acc, t, c + 2u, d);
-            acc = pv_term(acc, t, c + 3u, d);
+    // p·v in blocks of 256 dims: the invocation owns dims base + lid + 64k, k < 4, and reads
+    // each column's index and probability once for the four (dims past hd read dim hd - 1,
+    // inside kv; their sums are not written). Each dim's sum still runs over c in order.
+    let last = P.hd - 1u;
+    for (var base = 0u; base < P.hd; base = base + 256u) {
+        let d0 = base + lid.x;
+        let e0 = min(d0, last);
+        let e1 = min(d0 + 64u, last);
+        let e2 = min(d0 + 128u, last);
+        let e3 = min(d0 + 192u, last);
+        var a0 = vec2<f32>(0.0, 0.0);
+        var a1 = vec2<f32>(0.0, 0.0);
+        var a2 = vec2<f32>(0.0, 0.0);
+        var a3 = vec2<f32>(0.0, 0.0);
+        for (var c = 0u; c < P.w; c = c + 1u) {
+            let j = i32(idx[t * P.w + c]);
+            let p = z[c];
+            if (j >= 0 && u32(j) < P.n_rows && p != 0.0) {
+                let kb = u32(j) * P.hd;
+                a0 = acc_fma(a0, p, kv[kb + e0]);
+                a1 = acc_fma(a1, p, kv[kb + e1]);
+                a2 = acc_fma(a2, p, kv[kb + e2]);
+                a3 = acc_fma(a3, p, kv[kb + e3]);
+            }
         }
-        for (; c < P.w; c = c + 1u) {
-            acc = pv_term(acc, t, c, d);
+        if (d0 < P.hd) {
+            out[qb + d0] = bf16r(acc_f32(a0));
         }
-        out[qb + d] = bf16r(acc_f32(acc));
+        if (d0 + 64u < P.hd) {
+            out[qb + d0 + 64u] = bf16r(acc_f32(a1));
+        }
+        if (d0 + 128u < P.hd) {
+            out[qb + d0 + 128u] = bf16r(acc_f32(a2));
+        }
+        if (d0 + 192u < P.hd) {
+            out[qb + d0 + 192u] = bf16r(acc_f32(a3));
+        }
     }
 }

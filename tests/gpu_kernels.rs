@@ -904,7 +904,7 @@ impl SparseAttnCase {
 /// A real-dims prefill row at the most index columns the kernel takes (window 128 plus up to
 /// 512 compressed positions is 640 at the released geometry): one lane per (token, head) looped
 /// about 170,000 times here, far past llvmpipe's 65535 back-edges, and its last dims came back
-/// 0; the workgroup-per-row kernel loops about 6,300 times per invocation.
+/// 0; the workgroup-per-row kernel loops about 6,200 times per invocation.
 #[test]
 fn sparse_attention_at_real_dims_and_max_index_columns_matches_the_oracle() {
     let Some(mut g) = gpu("sparse_attn_max_cols") else {

@@ -163,19 +163,23 @@ pub fn idx_concat(
 /// columns for q·k and its output dims for p·v.
 pub const SPARSE_ATTN_THREADS: usize = 64;
 
+/// Output dims one `sparse_attn` workgroup's p·v pass covers: each invocation owns four of them
+/// (64 apart) and reads each column's index and probability once for the four.
+pub const SPARSE_ATTN_PV_BLOCK: usize = 4 * SPARSE_ATTN_THREADS;
+
 /// The most loop back-edges one `sparse_attn` invocation takes at `hd` dims and `w` index
 /// columns (invocation 0, which also runs the max and the softmax sum): per column of its
 /// share the q·k loop (`hd / 4` unrolled steps, `hd % 4` tail steps, one exit), then `2w` for
-/// the max and the sum, its share of the normalisation, and per output dim of its share the
-/// p·v loop (`w / 4 + w % 4` steps and one exit).
+/// the max and the sum, its share of the normalisation, and per block of
+/// [`SPARSE_ATTN_PV_BLOCK`] output dims the p·v loop over the `w` columns (and one exit).
 pub fn sparse_attn_loop_count(hd: usize, w: usize) -> u64 {
     let cols = w.div_ceil(SPARSE_ATTN_THREADS) as u64;
-    let dims = hd.div_ceil(SPARSE_ATTN_THREADS) as u64;
+    let blocks = hd.div_ceil(SPARSE_ATTN_PV_BLOCK) as u64;
     let (hd, w) = (hd as u64, w as u64);
     let qk = cols * (hd / 4 + hd % 4 + 2);
     let softmax = 2 * w + 2;
     let norm = cols + 1;
-    let pv = dims * (w / 4 + w % 4 + 2);
+    let pv = blocks * (w + 2);
     qk + softmax + norm + pv + 1
 }
 
