@@ -2,7 +2,9 @@
 //! background work's results (session events, file jobs) are folded into the state each frame.
 
 use super::app::GoldenLensApp;
-use super::commands::{FileKind, JobKind, Region, UiCommand, UiCommandSender, ViewFamily};
+use super::commands::{
+    FileKind, JobKind, Region, UiCommand, UiCommandSender, ViewFamily, WorkbenchWindow,
+};
 use super::files::{self, FileJob, LoadedGolden};
 use super::goldenless::PreparedRun;
 use super::panels;
@@ -306,6 +308,16 @@ impl GoldenLensApp {
                     theme::apply(ctx, t);
                 }
             }
+            UiCommand::WatchShaders(dir) => self.watch_shaders(dir),
+            UiCommand::SetShadersField(text) => s.workbench.field = text,
+            UiCommand::SetWorkbenchWindow { window, open } => match window {
+                WorkbenchWindow::Recheck => s.workbench.diff_open = open,
+                WorkbenchWindow::Profile => {
+                    s.workbench.profile_open = open;
+                    self.refresh_profile();
+                }
+            },
+            UiCommand::SetProfileStep(step) => s.workbench.profile_step = step,
         }
     }
 
@@ -335,6 +347,8 @@ impl GoldenLensApp {
         s.selected = None;
         s.progress = Progress::default();
         s.run_clock = RunClock::default();
+        s.step_log.clear();
+        s.workbench.recheck = None;
         self.caches.clear();
         // A localisation of the previous golden no longer applies; one in flight is dropped.
         s.localize.generation += 1;
@@ -435,10 +449,26 @@ impl GoldenLensApp {
                 Event::Backends(b) => s.backends = b,
                 Event::StepDone {
                     regime,
+                    step,
                     results,
                     other_violations,
-                    ..
+                    seconds,
                 } => {
+                    s.step_log.push(StepMark {
+                        regime: regime.clone(),
+                        step,
+                        run: s.run_serial,
+                        seconds,
+                        results_start: s.results.len(),
+                        violations_start: s.other_violations.len(),
+                        missing_start: s.missing.len(),
+                        not_isolated_start: s.not_isolated.len(),
+                    });
+                    if let Some(rc) = &mut s.workbench.recheck {
+                        if rc.resumed.is_some() {
+                            rc.diff.add(&results);
+                        }
+                    }
                     s.results.extend(results);
                     s.other_violations.extend(
                         other_violations
@@ -463,18 +493,29 @@ impl GoldenLensApp {
                         s.run_clock.started = Some(Instant::now());
                         s.run_clock.steps_at_start = p.steps_done;
                     }
-                    if !p.busy {
+                    let idle = !p.busy;
+                    if idle {
                         if let Some(t) = s.run_clock.started.take() {
                             s.run_clock.last_secs = Some(t.elapsed().as_secs_f64());
                         }
                     }
                     s.progress = p;
+                    if idle {
+                        self.refresh_profile();
+                    }
                 }
+                Event::Rerun {
+                    kept_steps,
+                    regime,
+                    step,
+                } => self.rerun_started(kept_steps, regime, step),
                 Event::Cleared => {
                     s.results.clear();
                     s.missing.clear();
                     s.not_isolated.clear();
                     s.other_violations.clear();
+                    s.step_log.clear();
+                    s.workbench.recheck = None;
                     s.selected = None;
                     self.caches.clear();
                 }

@@ -9,6 +9,7 @@ use super::panels;
 use super::theme::ThemeChoice;
 use super::views::{ModelDims, ViewSettings};
 use crate::golden::Golden;
+use crate::model::Step;
 use crate::session::controller::{BoxedBackend, CaptureResult, Progress, TriageTotals};
 use crate::session::invariants::Violation;
 use crate::session::{Mode, SessionError};
@@ -83,6 +84,13 @@ pub struct AppOptions {
     pub prompt_on_start: Option<PromptForm>,
     /// Replay this dump as the test side from the start (`gui --captures`).
     pub captures: Option<PathBuf>,
+    /// Watch this shader directory from the start (`gui --shaders DIR`): a save re-checks the
+    /// run live (needs [`AppOptions::workbench`]).
+    pub shaders_dir: Option<PathBuf>,
+    /// The kernel workbench shared with the GPU backends `backends` builds (they must be put on
+    /// it with `Workbench::attach`); None: no live re-check or Profile view.
+    #[cfg(feature = "gpu")]
+    pub workbench: Option<Arc<crate::session::rerun::Workbench>>,
 }
 
 impl AppOptions {
@@ -106,6 +114,9 @@ impl AppOptions {
             tokens_backends: super::goldenless::oracle_maker(),
             prompt_on_start: None,
             captures: None,
+            shaders_dir: None,
+            #[cfg(feature = "gpu")]
+            workbench: None,
         }
     }
 }
@@ -163,6 +174,22 @@ impl RunClock {
         let per_step = self.elapsed_secs()? / done as f64;
         Some(per_step * p.steps_total.saturating_sub(p.steps_done) as f64)
     }
+}
+
+/// One step the worker reported: which run produced it, how long each backend took, and where
+/// its entries begin in the app's lists (a re-check truncates them there).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepMark {
+    pub regime: String,
+    pub step: Step,
+    /// The run that produced it: 0 for the session's run, then one more per re-check.
+    pub run: u64,
+    /// Wall seconds per backend, in backend order.
+    pub seconds: Vec<f64>,
+    pub results_start: usize,
+    pub violations_start: usize,
+    pub missing_start: usize,
+    pub not_isolated_start: usize,
 }
 
 /// The self-test window's state.
@@ -238,6 +265,12 @@ pub struct AppState {
     pub preparing: bool,
     /// The dump replayed as the test side, if one was opened.
     pub dump: Option<super::imported::OpenedDump>,
+    /// Every step reported since the session (re)started, in run order.
+    pub step_log: Vec<StepMark>,
+    /// The current run's serial (see [`StepMark::run`]).
+    pub run_serial: u64,
+    /// The kernel workbench (watched shaders, re-checks, the GPU profile).
+    pub workbench: super::workbench::WorkbenchState,
 }
 
 impl AppState {
