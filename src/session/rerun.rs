@@ -344,4 +344,134 @@ mod tests {
         assert_eq!(fixed.arrow(), "fail -> pass");
         assert!(d.transition_of("prefill12/L0.new").is_none());
     }
+
+    mod worker {
+        use crate::golden::Golden;
+        use crate::model::Step;
+        use crate::session::controller::{
+            BackendFactory, BoxedBackend, CaptureResult, Controller, Event, Request,
+        };
+        use crate::session::Mode;
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        /// How long to wait for one worker event (a hang guard; a tiny step takes milliseconds).
+        const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+        fn oracle_worker() -> Controller {
+            let golden =
+                Arc::new(crate::golden::embedded::default_golden().expect("the embedded golden"));
+            let g: Arc<Golden> = golden.clone();
+            let factory: BackendFactory = Box::new(move || {
+                crate::session::oracle_for(&g).map(|o| vec![Box::new(o) as BoxedBackend])
+            });
+            Controller::spawn(golden, factory, Mode::Chained, Box::new(|| {}))
+        }
+
+        /// What a request reported until the worker went idle: steps (with their results)
+        /// before and after an `Event::Rerun`, and the rerun itself.
+        #[derive(Default)]
+        struct Seen {
+            before: Vec<(Step, Vec<CaptureResult>)>,
+            rerun: Option<(usize, Option<Step>)>,
+            after: Vec<(Step, Vec<CaptureResult>)>,
+        }
+
+        fn until_idle(c: &Controller, seen: &mut Seen) {
+            let mut busy = false;
+            loop {
+                match c.recv_timeout(EVENT_TIMEOUT) {
+                    Some(Event::StepDone { step, results, .. }) => match seen.rerun {
+                        None => seen.before.push((step, results)),
+                        Some(_) => seen.after.push((step, results)),
+                    },
+                    Some(Event::Rerun {
+                        kept_steps, step, ..
+                    }) => seen.rerun = Some((kept_steps, step)),
+                    Some(Event::Progress(p)) => {
+                        busy |= p.busy;
+                        if busy && !p.busy {
+                            return;
+                        }
+                    }
+                    Some(Event::Error(e)) => panic!("worker error: {e}"),
+                    Some(_) => {}
+                    None => panic!("no event within {EVENT_TIMEOUT:?}"),
+                }
+            }
+        }
+
+        fn bits(results: &[(Step, Vec<CaptureResult>)]) -> Vec<(String, f64)> {
+            results
+                .iter()
+                .flat_map(|(_, r)| r.iter().map(|r| (r.label(), r.worst_ratio())))
+                .collect()
+        }
+
+        #[test]
+        fn a_rerun_keeps_the_steps_before_its_first_step_and_reports_the_rest_again() {
+            let c = oracle_worker();
+            let mut run = Seen::default();
+            c.send(Request::RunAll);
+            until_idle(&c, &mut run);
+            let total = run.before.len();
+            let from = Step::Block(1);
+            let at = run
+                .before
+                .iter()
+                .position(|(s, _)| *s == from)
+                .expect("Block(1) ran");
+            let mut re = Seen::default();
+            c.send(Request::RerunFrom(Some(from)));
+            until_idle(&c, &mut re);
+            assert!(re.before.is_empty(), "replayed steps are not reported");
+            assert_eq!(re.rerun, Some((at, Some(from))));
+            assert_eq!(re.after.first().map(|(s, _)| *s), Some(from));
+            assert_eq!(
+                re.after.len(),
+                total - at,
+                "every later step is reported again"
+            );
+            // The replay left the backends where the first run stood: the same verdicts.
+            assert_eq!(bits(&re.after), bits(&run.before[at..]));
+        }
+
+        #[test]
+        fn a_rerun_asked_for_mid_run_never_keeps_a_step_that_was_not_reported() {
+            let c = oracle_worker();
+            c.send(Request::RunAll);
+            let mut seen = Seen::default();
+            while seen.before.len() < 3 {
+                if let Some(Event::StepDone { step, results, .. }) = c.recv_timeout(EVENT_TIMEOUT) {
+                    seen.before.push((step, results));
+                }
+            }
+            // A save arrives while the run goes on: cancel it and re-check from `Final`.
+            c.cancel();
+            c.send(Request::RerunFrom(Some(Step::Final)));
+            until_idle(&c, &mut seen); // the cancelled run (or, had it ended, the whole run)
+            if seen.rerun.is_none() {
+                until_idle(&c, &mut seen); // the rerun
+            }
+            let (kept, step) = seen.rerun.expect("a rerun");
+            // It keeps what was reported up to the first `Final`, never more.
+            let reported: Vec<Step> = seen.before.iter().map(|(s, _)| *s).collect();
+            let first_final = reported.iter().position(|s| *s == Step::Final);
+            assert_eq!(kept, first_final.unwrap_or(reported.len()), "{reported:?}");
+            assert!(step.is_some());
+            let full = {
+                let w = oracle_worker();
+                let mut full = Seen::default();
+                w.send(Request::RunAll);
+                until_idle(&w, &mut full);
+                full.before
+            };
+            assert_eq!(
+                kept + seen.after.len(),
+                full.len(),
+                "no step lost or doubled"
+            );
+            assert_eq!(bits(&seen.after), bits(&full[kept..]));
+        }
+    }
 }
