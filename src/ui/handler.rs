@@ -11,7 +11,9 @@ use super::panels;
 use super::panels::capture_list;
 use super::state::*;
 use super::theme::{self};
+use crate::model::Step;
 use crate::session::controller::{BackendFactory, Controller, Event, Progress, Request};
+use crate::session::reference::greedy_next_token;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -454,11 +456,18 @@ impl GoldenLensApp {
                     other_violations,
                     seconds,
                 } => {
+                    // The greedy next token of a golden-less regime, from the oracle's logits.
+                    let greedy = (s.prompt_run.is_some() && step == Step::Final)
+                        .then(|| results.iter().find(|r| r.name == "logits_full"))
+                        .flatten()
+                        .and_then(|r| r.capture_of(0))
+                        .and_then(|c| greedy_next_token(std::slice::from_ref(&c)));
                     s.step_log.push(StepMark {
                         regime: regime.clone(),
                         step,
                         run: s.run_serial,
                         seconds,
+                        greedy,
                         results_start: s.results.len(),
                         violations_start: s.other_violations.len(),
                         missing_start: s.missing.len(),

@@ -63,7 +63,8 @@ pub struct AppOptions {
     pub gpu: GpuStatus,
     /// Run every regime as soon as a golden is loaded (the app's default).
     pub run_on_start: bool,
-    /// Show the measured frame time (off in snapshot tests, where it would differ per run).
+    /// Show the measured frame time and step times (off in snapshot tests, where they would
+    /// differ per run).
     pub show_frame_time: bool,
     /// Select this capture (`regime/name`) as soon as it has run.
     pub select_on_start: Option<String>,
@@ -186,6 +187,8 @@ pub struct StepMark {
     pub run: u64,
     /// Wall seconds per backend, in backend order.
     pub seconds: Vec<f64>,
+    /// In a golden-less run, after a regime's `Final`: the oracle's greedy next token.
+    pub greedy: Option<i64>,
     pub results_start: usize,
     pub violations_start: usize,
     pub missing_start: usize,
@@ -325,6 +328,54 @@ impl AppState {
             Some(p) => format!("Weights: GGUF {}", p.display()),
             None => "Weights: the golden's filler".to_string(),
         }
+    }
+    /// The oracle's greedy next token after each regime so far (golden-less runs).
+    pub fn greedy_tokens(&self) -> Vec<i64> {
+        self.step_log.iter().filter_map(|m| m.greedy).collect()
+    }
+    /// Seconds per backend summed over the steps reported so far, with the backend's name.
+    pub fn step_seconds_by_backend(&self) -> Vec<(String, f64)> {
+        let mut sums = vec![0.0; self.backends.len()];
+        for m in &self.step_log {
+            for (sum, s) in sums.iter_mut().zip(&m.seconds) {
+                *sum += s;
+            }
+        }
+        self.backends.iter().cloned().zip(sums).collect()
+    }
+    /// The run panel's timing line: seconds per backend over the steps so far, the slowest
+    /// step and the last one (tests read it).
+    pub fn step_seconds_line(&self) -> Option<String> {
+        let last = self.step_log.last()?;
+        let per = |m: &StepMark| {
+            self.backends
+                .iter()
+                .zip(&m.seconds)
+                .map(|(b, s)| format!("{b} {s:.3} s"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let total = |m: &StepMark| -> f64 { m.seconds.iter().sum() };
+        let slowest = self
+            .step_log
+            .iter()
+            .max_by(|a, b| total(a).total_cmp(&total(b)))?;
+        let sums = self
+            .step_seconds_by_backend()
+            .iter()
+            .map(|(b, s)| format!("{b} {s:.3} s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(format!(
+            "Step time over {} steps: {sums}; slowest {} {} ({}); last {} {} ({})",
+            self.step_log.len(),
+            slowest.regime,
+            slowest.step,
+            per(slowest),
+            last.regime,
+            last.step,
+            per(last)
+        ))
     }
     /// Mean and max duration of the recent frames, in seconds.
     pub fn frame_time_secs(&self) -> Option<(f64, f64)> {
