@@ -255,7 +255,7 @@ fn the_oracle_alone_shows_its_captures_and_invariants() {
 fn the_greedy_decode_text_and_the_step_times_show_after_a_prompt_run() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny_gguf_with_vocabulary(dir.path());
-    let mut h = run_typed_prompt(AppOptions::cpu_only(), gguf);
+    let h = run_typed_prompt(AppOptions::cpu_only(), gguf);
     let s = h.state().state();
     // One greedy token per regime: the prefill's is what the decode regime ran on.
     let greedy = s.greedy_tokens();
