@@ -125,6 +125,7 @@ fn a_watched_rope_edit_rechecks_from_the_rope_step_and_recovers_without_a_restar
         .expect("a step dispatched rope");
     assert!(bench.kernels_of(first).contains(&"rope"));
     let steps_before = h.state().state().step_log.len();
+    let full_secs = h.state().state().run_clock.last_secs;
 
     // Break the arithmetic: a sign flip in the rotation.
     let rope = dir.path().join("rope.wgsl");
@@ -135,6 +136,11 @@ fn a_watched_rope_edit_rechecks_from_the_rope_step_and_recovers_without_a_restar
     std::fs::write(&rope, &broken).expect("write");
     wait_recheck(&mut h, 1);
     assert_resumed_at(&h, first);
+    // The figures the note quotes (wall seconds of the whole first run and of the re-check).
+    eprintln!(
+        "ui_workbench: full run {full_secs:?} s, re-check from {first} {:?} s",
+        h.state().state().run_clock.last_secs
+    );
     assert_eq!(h.state().state().step_log.len(), steps_before);
     let first_failure = h
         .state()
@@ -248,6 +254,7 @@ fn the_profile_view_lists_gpu_time_per_kernel_family() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no time in {label:?}"));
     assert!(ms > 0.0, "{label}");
+    eprintln!("ui_workbench: {label} ({})", p.source);
     let families = p.by_family();
     let gemm = families
         .iter()
