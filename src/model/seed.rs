@@ -206,10 +206,16 @@ impl SeedPlan {
                 continue;
             }
             let hd = cfg.head_dim;
-            match reference
-                .full_f32(0, &format!("shared.L{x}.compress_kv"))
-                .filter(|v| v.len() >= rows * hd)
-            {
+            // The cache is append-only, so any regime's capture that holds the first `rows`
+            // rows holds them as they are now: the current regime's first (a golden holds the
+            // whole regime up front), else the latest earlier one (a live recording has not
+            // reached layer x of the current regime when an earlier layer is seeded).
+            let name = format!("shared.L{x}.compress_kv");
+            match (0..=reference.earlier_regimes()).find_map(|back| {
+                reference
+                    .full_f32(back, &name)
+                    .filter(|v| v.len() >= rows * hd)
+            }) {
                 Some(mut v) => {
                     v.truncate(rows * hd);
                     self.items.push(SeedItem::CompressKv { layer: x, rows: v });
