@@ -4,8 +4,8 @@
 //! Used as `mod gguf_common; mod bpe_common;`.
 #![allow(dead_code)]
 
-use crate::gguf_common::python_with_gguf;
-use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter, MetaValue};
+use crate::gguf_common::{python_with_gguf, writer_value};
+use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter};
 use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -127,32 +127,6 @@ pub fn add_tokenizer(w: &mut GgufWriter, v: &Vocab, add_bos: bool) {
         .unwrap();
     w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(add_bos))
         .unwrap();
-}
-
-/// A scalar or array metadata value of `file` as the writer's value.
-fn writer_value(file: &GgufFile, v: &MetaValue) -> GgufValue {
-    match v {
-        MetaValue::U8(x) => GgufValue::U8(*x),
-        MetaValue::I8(x) => GgufValue::I8(*x),
-        MetaValue::U16(x) => GgufValue::U16(*x),
-        MetaValue::I16(x) => GgufValue::I16(*x),
-        MetaValue::U32(x) => GgufValue::U32(*x),
-        MetaValue::I32(x) => GgufValue::I32(*x),
-        MetaValue::F32(x) => GgufValue::F32(*x),
-        MetaValue::Bool(x) => GgufValue::Bool(*x),
-        MetaValue::String(x) => GgufValue::String(x.clone()),
-        MetaValue::U64(x) => GgufValue::U64(*x),
-        MetaValue::I64(x) => GgufValue::I64(*x),
-        MetaValue::F64(x) => GgufValue::F64(*x),
-        MetaValue::Array(a) => GgufValue::Array(
-            a.elem_type,
-            file.array_values(a, None)
-                .expect("array")
-                .iter()
-                .map(|e| writer_value(file, e))
-                .collect(),
-        ),
-    }
 }
 
 /// The tiny model (the embedded golden's fixture and filler weights) as a GGUF at
