@@ -16,7 +16,13 @@ pub struct Budget {
     pub reason: String,
 }
 
-pub use crate::golden::policy::bf16_ulp;
+/// One bf16 ulp at magnitude `m` (the spacing of bf16 numbers around it).
+pub fn bf16_ulp(m: f64) -> f64 {
+    if m <= 0.0 || !m.is_finite() {
+        return 0.0;
+    }
+    2f64.powi(m.log2().floor() as i32 - 7)
+}
 
 /// `gamma_K = K·u / (1 − K·u)`: the classic bound on relative error of a K-term f32 sum.
 pub fn gamma(k: usize) -> f64 {
