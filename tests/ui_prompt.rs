@@ -5,12 +5,11 @@
 //! oracle's captures show with their invariants. Needs the `gui` feature.
 #![cfg(feature = "gui")]
 
+mod bpe_common;
 mod gguf_common;
 mod ui_common;
 
 use egui_kittest::kittest::Queryable;
-use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter};
-use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use golden_lens::oracle::faults::{Fault, FaultPlan};
 use golden_lens::session::builder::ModelParts;
 use golden_lens::session::controller::BoxedBackend;
@@ -55,47 +54,13 @@ fn vocabulary() -> (Vec<String>, Vec<String>, Vec<i32>) {
 /// The tiny model (the embedded golden's fixture and filler weights) as a GGUF whose
 /// `tokenizer.ggml.*` keys hold [`vocabulary`], with BOS added.
 fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
-    let golden = golden_lens::golden::embedded::default_golden().expect("golden");
-    let plain = dir.join("tiny-plain.gguf");
-    export_golden(&golden, &plain, &ExportOptions::new(Dialect::LlamaCpp)).expect("export");
-    let src = GgufFile::open(&plain).expect("open export");
-    let mut w = GgufWriter::new();
-    w.set_alignment(u32::try_from(src.alignment()).expect("alignment"))
-        .unwrap();
-    for e in src.metadata() {
-        if e.key.starts_with("tokenizer.") || e.key == "general.alignment" {
-            continue;
-        }
-        w.add(&e.key, gguf_common::writer_value(&src, &e.value))
-            .unwrap();
-    }
-    let (tokens, merges, types) = vocabulary();
-    w.add("tokenizer.ggml.model", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.pre", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.tokens", GgufValue::strings(&tokens))
-        .unwrap();
-    w.add("tokenizer.ggml.token_type", GgufValue::i32s(&types))
-        .unwrap();
-    w.add("tokenizer.ggml.merges", GgufValue::strings(&merges))
-        .unwrap();
-    w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(0))
-        .unwrap();
-    w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(1))
-        .unwrap();
-    w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(true))
-        .unwrap();
-    for t in src.tensors() {
-        let bytes = src
-            .tensor_bytes(&t.name)
-            .expect("tensor bytes")
-            .into_owned();
-        w.add_tensor(&t.name, &t.dims, t.ggml_type, bytes).unwrap();
-    }
-    let path = dir.join("tiny-bpe.gguf");
-    w.write(&path).unwrap();
-    path
+    let (tokens, merges, token_type) = vocabulary();
+    let v = bpe_common::Vocab {
+        tokens,
+        merges,
+        token_type,
+    };
+    bpe_common::tiny_gguf_with_vocabulary(dir, "tiny-bpe.gguf", &v, true)
 }
 
 /// The oracle (the live reference) and a second oracle named `cpu-test` with `faults` planted.
