@@ -114,11 +114,21 @@ impl LutTile {
         {
             use crate::gguf::quant::rows::{simd_level, SimdLevel};
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-            unsafe fn wide(t: &mut LutTile, sm: &StoredMatrix<'_>, r: (usize, usize), c: (usize, usize)) {
+            unsafe fn wide(
+                t: &mut LutTile,
+                sm: &StoredMatrix<'_>,
+                r: (usize, usize),
+                c: (usize, usize),
+            ) {
                 t.prepare_body(sm, r, c)
             }
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn narrow(t: &mut LutTile, sm: &StoredMatrix<'_>, r: (usize, usize), c: (usize, usize)) {
+            unsafe fn narrow(
+                t: &mut LutTile,
+                sm: &StoredMatrix<'_>,
+                r: (usize, usize),
+                c: (usize, usize),
+            ) {
                 t.prepare_body(sm, r, c)
             }
             match simd_level() {
@@ -443,8 +453,15 @@ mod tests {
                 for s in 0..STEPS {
                     for q in 0..NR {
                         for j in 0..4 {
-                            let (got, want) = (wp[s * PANEL_STEP + 4 * q + j], tile.weight(q, 4 * s + j));
-                            assert_eq!(got.to_bits(), want.to_bits(), "{} {}", ty.name(), path.name());
+                            let (got, want) =
+                                (wp[s * PANEL_STEP + 4 * q + j], tile.weight(q, 4 * s + j));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {}",
+                                ty.name(),
+                                path.name()
+                            );
                         }
                     }
                 }
@@ -456,7 +473,10 @@ mod tests {
                     let mut got = want.clone();
                     tile.fma_reference(mr, (&x, KC), STEPS, &mut want);
                     super::super::x86_lut::fused_rows(&tile, mr, (&x, KC), STEPS, &mut got);
-                    let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{} fused with {mr} rows", ty.name());
                 }
             }

@@ -22,9 +22,9 @@
 //! a bit. `tests/oracle_kernels.rs` runs the tiny goldens through every supported path and 1, 2
 //! and 16 threads and requires identical reports.
 
+mod lut;
 #[cfg(target_arch = "aarch64")]
 mod neon;
-mod lut;
 mod path;
 pub mod roofline;
 #[cfg(target_arch = "x86_64")]
@@ -380,7 +380,13 @@ impl Job<'_> {
                     #[cfg(target_arch = "x86_64")]
                     if fused {
                         // m <= MR: the one block of rows, from row 0.
-                        x86_lut::fused_rows(&tile, n_rows, (&self.xp[kc0 * m..], kcl), steps, lanes);
+                        x86_lut::fused_rows(
+                            &tile,
+                            n_rows,
+                            (&self.xp[kc0 * m..], kcl),
+                            steps,
+                            lanes,
+                        );
                         continue;
                     }
                     let wp = &mut wp[..steps * PANEL_STEP];
@@ -388,7 +394,15 @@ impl Job<'_> {
                     for r0 in (0..n_rows).step_by(MR) {
                         let mr = MR.min(n_rows - r0);
                         let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
-                        microkernel(self.path, mr, xs, kcl, wp, steps, &mut lanes[r0 * PANEL_STEP..]);
+                        microkernel(
+                            self.path,
+                            mr,
+                            xs,
+                            kcl,
+                            wp,
+                            steps,
+                            &mut lanes[r0 * PANEL_STEP..],
+                        );
                     }
                 }
                 self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |_, _| 0.0);

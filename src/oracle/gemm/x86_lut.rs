@@ -12,7 +12,12 @@ use std::arch::x86_64::*;
 /// # Safety
 /// AVX-512F must be present and `tabs` must hold the tile's `NR` rows of `tab_stride` values.
 #[inline(always)]
-unsafe fn tables<const L: usize>(tabs: *const f64, stride: usize, z: usize, g: usize) -> [__m512d; 4] {
+unsafe fn tables<const L: usize>(
+    tabs: *const f64,
+    stride: usize,
+    z: usize,
+    g: usize,
+) -> [__m512d; 4] {
     // SAFETY (whole body): rows 2z and 2z + 1 hold group g's L entries at g·L.
     unsafe {
         let a = tabs.add(2 * z * stride + g * L);
@@ -20,7 +25,10 @@ unsafe fn tables<const L: usize>(tabs: *const f64, stride: usize, z: usize, g: u
         let zero = _mm512_setzero_pd();
         match L {
             4 => [
-                _mm512_insertf64x4::<1>(_mm512_castpd256_pd512(_mm256_loadu_pd(a)), _mm256_loadu_pd(b)),
+                _mm512_insertf64x4::<1>(
+                    _mm512_castpd256_pd512(_mm256_loadu_pd(a)),
+                    _mm256_loadu_pd(b),
+                ),
                 zero,
                 zero,
                 zero,
@@ -112,7 +120,11 @@ unsafe fn fused<const R: usize, const L: usize, const G: usize>(
 /// # Safety
 /// As [`fused`], with `wp` holding `steps·PANEL_STEP` values.
 #[target_feature(enable = "avx512f")]
-unsafe fn expand_kernel<const L: usize, const G: usize>(tile: &LutTile, wp: *mut f64, steps: usize) {
+unsafe fn expand_kernel<const L: usize, const G: usize>(
+    tile: &LutTile,
+    wp: *mut f64,
+    steps: usize,
+) {
     let per_group = G / 4;
     let stride = tile.kind.tab_stride();
     let (codes, tabs) = (tile.codes.as_ptr(), tile.tabs.as_ptr());
