@@ -40,7 +40,7 @@ pub(crate) const GRID_2BIT: [u16; 256] = [
 
 /// Sign byte for a 7-bit sign code: the low seven bits are the code and bit 7 makes the number of
 /// set bits even (ggml's `ksigns_iq2xs` table is exactly this rule).
-pub(crate) fn sign_bits(code: u32) -> u8 {
+pub(super) fn sign_bits(code: u32) -> u8 {
     let low = (code & 0x7f) as u8;
     if low.count_ones() % 2 == 1 {
         low | 0x80

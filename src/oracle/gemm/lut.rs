@@ -11,6 +11,7 @@
 //! registers right before the FMA (`x86_lut`); elsewhere the tables fill the packed panel.
 
 use super::{KC, NR, PANEL_STEP};
+use crate::gguf::quant::rows::round_bf16_one;
 use crate::gguf::quant::{f16_at, iq2xxs, kquants, mxfp4, u32_at};
 use crate::gguf::GgmlType;
 use crate::model::stored::StoredMatrix;
@@ -143,7 +144,18 @@ impl LutTile {
     }
 
     #[inline(always)]
-    fn prepare_body(
+    fn prepare_body(&mut self, sm: &StoredMatrix<'_>, rows: (usize, usize), cols: (usize, usize)) {
+        if self.round_bf16 {
+            self.prepare_rows::<true>(sm, rows, cols)
+        } else {
+            self.prepare_rows::<false>(sm, rows, cols)
+        }
+    }
+
+    /// Pair by pair: each row's codes and f32 tables block by block, the tables rounded (with
+    /// `ROUND`) and widened, then the pair's codes interleaved step by step.
+    #[inline(always)]
+    fn prepare_rows<const ROUND: bool>(
         &mut self,
         sm: &StoredMatrix<'_>,
         (row0, live): (usize, usize),
@@ -157,46 +169,41 @@ impl LutTile {
         } else {
             0
         };
-        let mut codes = [0u8; KC];
+        let n_tab = kcl / kind.group() * kind.entries();
+        let per_block = bv / kind.group() * kind.entries();
+        let mut codes = [[0u8; KC]; 2];
         let mut tab = [0f32; KC];
-        for q in 0..NR {
-            let tabs = &mut self.tabs[q * stride..(q + 1) * stride];
-            if q >= live {
-                tabs.fill(0.0);
-                continue;
-            }
-            let bytes = sm.blocks(row0 + q, kc0, kcl);
-            let n_tab = kcl / kind.group() * kind.entries();
-            for (i, b) in bytes.chunks_exact(bb).enumerate() {
-                let c = &mut codes[i * bv..(i + 1) * bv];
-                let per_block = bv / kind.group() * kind.entries();
-                let t = &mut tab[i * per_block..(i + 1) * per_block];
-                match kind {
-                    LutKind::Q2K => q2_k(b, c, t),
-                    LutKind::Q3K => q3_k(b, c, t),
-                    LutKind::Q4K => q4_k(b, c, t),
-                    LutKind::Iq2Xxs => iq2_xxs(b, c, t),
-                    LutKind::Mxfp4 => mxfp4_block(b, c, t),
+        for z in 0..PAIRS {
+            for (half, codes) in codes.iter_mut().enumerate() {
+                let q = 2 * z + half;
+                let tabs = &mut self.tabs[q * stride..(q + 1) * stride];
+                if q >= live {
+                    tabs.fill(0.0);
+                    codes.fill(0);
+                    continue;
+                }
+                let bytes = sm.blocks(row0 + q, kc0, kcl);
+                for (i, b) in bytes.chunks_exact(bb).enumerate() {
+                    let c = &mut codes[i * bv..(i + 1) * bv];
+                    let t = &mut tab[i * per_block..(i + 1) * per_block];
+                    match kind {
+                        LutKind::Q2K => q2_k(b, c, t),
+                        LutKind::Q3K => q3_k(b, c, t),
+                        LutKind::Q4K => q4_k(b, c, t),
+                        LutKind::Iq2Xxs => iq2_xxs(b, c, t),
+                        LutKind::Mxfp4 => mxfp4_block(b, c, t),
+                    }
+                }
+                for (d, &v) in tabs.iter_mut().zip(&tab[..n_tab]) {
+                    let v = if ROUND { round_bf16_one(v) } else { v };
+                    *d = f64::from(v);
+                }
+                if half == 1 && offset != 0 {
+                    codes[..kcl].iter_mut().for_each(|c| *c += offset);
                 }
             }
-            if self.round_bf16 {
-                crate::gguf::quant::rows::round_to_bf16_in_place(&mut tab[..n_tab]);
-            }
-            for (d, s) in tabs.iter_mut().zip(&tab[..n_tab]) {
-                *d = f64::from(*s);
-            }
-            // Interleave: pair z = q / 2, half q % 2.
-            let (z, half) = (q / 2, q % 2);
-            let add = offset * half as u8;
             let pair = &mut self.codes[z * STEPS * PAIR_CODES..(z + 1) * STEPS * PAIR_CODES];
-            for (dst, src) in pair
-                .chunks_exact_mut(PAIR_CODES)
-                .zip(codes[..kcl].chunks_exact(4))
-            {
-                for j in 0..4 {
-                    dst[4 * half + j] = src[j] + add;
-                }
-            }
+            interleave(&mut pair[..2 * kcl], &codes[0][..kcl], &codes[1][..kcl]);
         }
     }
 
@@ -246,6 +253,27 @@ impl LutTile {
                 }
             }
         }
+    }
+}
+
+/// `dst` = `a` and `b` interleaved four bytes at a time (`a[0..4], b[0..4], a[4..8], …`):
+/// sixty-four bytes of each per two permutes on AVX-512, the rest four at a time.
+fn interleave(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    assert!(a.len() == b.len() && dst.len() == 2 * a.len() && a.len() % 4 == 0);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::KernelPath::Avx512.is_supported() {
+        done = a.len() - a.len() % 64;
+        // SAFETY: AVX-512F was detected just above; the lengths were checked at the top.
+        unsafe { super::x86_lut::interleave64(&mut dst[..2 * done], &a[..done], &b[..done]) };
+    }
+    for ((d, x), y) in dst[2 * done..]
+        .chunks_exact_mut(8)
+        .zip(a[done..].chunks_exact(4))
+        .zip(b[done..].chunks_exact(4))
+    {
+        d[..4].copy_from_slice(x);
+        d[4..].copy_from_slice(y);
     }
 }
 
@@ -350,15 +378,49 @@ fn iq2_xxs(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
         t[3] = 0.0;
         t[7] = 0.0;
         for l in 0..4 {
-            let entry = iq2xxs::GRID_2BIT[usize::from(b[base + l])];
-            let signs = iq2xxs::sign_bits(aux >> (7 * l));
-            for j in 0..8 {
-                codes[32 * group + 8 * l + j] =
-                    ((entry >> (2 * j)) & 3) as u8 | (((signs >> j) & 1) << 2);
-            }
+            let grid = IQ2XXS_LEVEL_CODES[usize::from(b[base + l])];
+            let signs = IQ2XXS_SIGN_CODES[((aux >> (7 * l)) & 0x7f) as usize];
+            let at = 32 * group + 8 * l;
+            codes[at..at + 8].copy_from_slice(&(grid | signs).to_le_bytes());
         }
     }
 }
+
+/// IQ2_XXS grid entry -> its eight level indices, one byte each.
+static IQ2XXS_LEVEL_CODES: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            t[i] |= (((iq2xxs::GRID_2BIT[i] >> (2 * j)) & 3) as u64) << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// IQ2_XXS 7-bit sign code -> bit 2 of each of the eight bytes set where the value is
+/// negative (the eighth sign makes the count even, as `iq2xxs::sign_bits`).
+static IQ2XXS_SIGN_CODES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut c = 0;
+    while c < 128 {
+        let signs = if (c as u32).count_ones() % 2 == 1 {
+            c | 0x80
+        } else {
+            c
+        };
+        let mut j = 0;
+        while j < 8 {
+            t[c] |= (((signs >> j) & 1) as u64) << (8 * j + 2);
+            j += 1;
+        }
+        c += 1;
+    }
+    t
+};
 
 /// MXFP4 (see `mxfp4::dequantize_block`): one group of 32, table `d · kvalue`.
 #[inline(always)]

@@ -142,6 +142,36 @@ unsafe fn expand_kernel<const L: usize, const G: usize>(
     }
 }
 
+/// `dst` = `a` and `b` interleaved four bytes at a time, for lengths that are whole multiples
+/// of 64 (`dst` twice as long as `a` and `b`).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn interleave64(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    assert!(a.len() == b.len() && dst.len() == 2 * a.len() && a.len() % 64 == 0);
+    let lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    let hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for ((d, x), y) in dst
+        .chunks_exact_mut(128)
+        .zip(a.chunks_exact(64))
+        .zip(b.chunks_exact(64))
+    {
+        // SAFETY: 64 readable bytes in `x` and `y`, 128 writable in `d`.
+        unsafe {
+            let (va, vb) = (
+                _mm512_loadu_si512(x.as_ptr().cast()),
+                _mm512_loadu_si512(y.as_ptr().cast()),
+            );
+            _mm512_storeu_si512(d.as_mut_ptr().cast(), _mm512_permutex2var_epi32(va, lo, vb));
+            _mm512_storeu_si512(
+                d.as_mut_ptr().add(64).cast(),
+                _mm512_permutex2var_epi32(va, hi, vb),
+            );
+        }
+    }
+}
+
 /// Checks a chunk's step count against the tile.
 fn check_steps(tile: &LutTile, steps: usize) {
     assert!(
