@@ -23,6 +23,7 @@ for t in "${targets[@]}"; do
     golden_parse) dict=(-dict=dict/json.dict) ;;
     gguf_file|gguf_model) dict=(-dict=dict/gguf.dict) ;;
     name_map) dict=(-dict=dict/toml.dict) ;;
+    shader_set) dict=(-dict=dict/wgsl.dict) ;;
   esac
   log=$(mktemp)
   # Memory is bounded by libFuzzer (an address-space limit would stop ASan's shadow map): an

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 root=..
 c=corpus
-mkdir -p $c/{golden_parse,gguf_file,gguf_model,dequant,engram_rows,import_dump,name_map}
+mkdir -p $c/{golden_parse,gguf_file,gguf_model,dequant,engram_rows,import_dump,name_map,shader_set}
 cp $root/golden/reference/ds41_tiny_golden.v1.json $root/golden/reference/ds41_tiny_golden.v2.json \
    $root/golden/ds41_tiny.json $c/golden_parse/
 for f in $root/tests/data/fuzz/*; do
@@ -74,4 +74,29 @@ PY
            '"""' "'''" '= [' '= {' ; do printf '"%s"\n' "${t//\"/\\\"}"; done
   grep -oh '"[a-z_][a-z0-9_]*"' $root/src/import/map.rs | sort -u
 } > dict/toml.dict
+# shader_set: each embedded WGSL file behind the byte that picks it (`common` first, then the
+# kernel families in `FAMILIES` order, read from the table itself).
+i=0
+for f in common $(sed -n 's/^ *&crate::gpu::\([a-z_]*\)::FAMILY,$/\1/p' $root/src/gpu/exec/family.rs); do
+  { printf "\\$(printf '%03o' $i)"; cat $root/shaders/$f.wgsl; } > $c/shader_set/$f
+  i=$((i + 1))
+done
+# The WGSL dictionary: keywords, types, attributes, builtins, and the names the Rust side
+# checks (entry points, structs, functions, constants of the embedded shaders).
+{
+  for t in fn var let const struct return if else loop for while break continue switch case \
+           default override alias enable requires diagnostic continuing discard true false \
+           '@compute' '@workgroup_size(' '@group(0)' '@binding(' '@builtin(' '@align(' '@size(' \
+           'var<storage, read>' 'var<storage, read_write>' 'var<uniform>' 'var<workgroup>' \
+           'var<private>' 'array<' 'atomic<' 'ptr<' 'vec2<' 'vec3<' 'vec4<' 'mat4x4<' \
+           f32 f16 i32 u32 bool vec3u vec4f global_invocation_id local_invocation_id \
+           local_invocation_index workgroup_id num_workgroups subgroup_size arrayLength \
+           workgroupBarrier storageBarrier atomicAdd atomicLoad atomicStore bitcast select \
+           clamp min max abs exp log sqrt inverseSqrt fma floor round pow countOneBits \
+           extractBits insertBits unpack2x16float pack2x16float '->' '::' '>>' '<<' '>>=' \
+           '{' '}' '(' ')' '[' ']' ';' ',' '//' '/*' '*/' '0u' '1e38' '0x7f800000u' \
+           '4294967295u' '-2147483648i'; do printf '"%s"\n' "${t//\"/\\\"}"; done
+  grep -ohE '^ *(fn|struct|const|override) [A-Za-z_][A-Za-z0-9_]*' $root/shaders/*.wgsl |
+    awk '{print "\"" $2 "\""}' | sort -u
+} > dict/wgsl.dict
 echo "seeded: $(find $c -type f | wc -l) files"

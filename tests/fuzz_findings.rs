@@ -4,10 +4,12 @@
 //! it lives (checked shape arithmetic, expert counts against the tensors, sidecar rows against
 //! the sidecar, linear validation), not only through the reproducer that first reached it.
 
+mod gguf_common;
+
 use golden_lens::gguf::info::build_report;
 use golden_lens::gguf::quant::{dequantize_engram_rows_with, EngramEncoding};
-use golden_lens::gguf::{Deepseek41Meta, GgufFile, GgufSet, GgufValue, GgufWriter};
-use golden_lens::gguf::{MetaValue, ValueType};
+use golden_lens::gguf::MetaValue;
+use golden_lens::gguf::{Deepseek41Meta, GgufFile, GgufSet, GgufWriter};
 use golden_lens::golden::embedded::DEFAULT_GOLDEN_JSON;
 use golden_lens::golden::Golden;
 use golden_lens::model::gguf_export::{export_golden, ExportOptions, TypePlan};
@@ -279,7 +281,7 @@ fn rewrite_with_dims(from: &Path, to: &Path, name: &str, dims: &[u64]) {
             }
             continue;
         }
-        w.add(&entry.key, to_gguf_value(&file, &entry.value))
+        w.add(&entry.key, gguf_common::writer_value(&file, &entry.value))
             .expect("metadata");
     }
     for t in file.tensors() {
@@ -296,28 +298,6 @@ fn rewrite_with_dims(from: &Path, to: &Path, name: &str, dims: &[u64]) {
             .map(|t| t.dims.clone()),
         Some(dims.to_vec())
     );
-}
-
-fn to_gguf_value(file: &GgufFile, v: &MetaValue) -> GgufValue {
-    match v {
-        MetaValue::U8(x) => GgufValue::U8(*x),
-        MetaValue::I8(x) => GgufValue::I8(*x),
-        MetaValue::U16(x) => GgufValue::U16(*x),
-        MetaValue::I16(x) => GgufValue::I16(*x),
-        MetaValue::U32(x) => GgufValue::U32(*x),
-        MetaValue::I32(x) => GgufValue::I32(*x),
-        MetaValue::U64(x) => GgufValue::U64(*x),
-        MetaValue::I64(x) => GgufValue::I64(*x),
-        MetaValue::F32(x) => GgufValue::F32(*x),
-        MetaValue::F64(x) => GgufValue::F64(*x),
-        MetaValue::Bool(x) => GgufValue::Bool(*x),
-        MetaValue::String(s) => GgufValue::String(s.clone()),
-        MetaValue::Array(a) => {
-            let items = file.array_values(a, None).expect("array");
-            let elem: ValueType = a.elem_type;
-            GgufValue::Array(elem, items.iter().map(|x| to_gguf_value(file, x)).collect())
-        }
-    }
 }
 
 /// Engram tables derived from a fixture (v1 goldens) are bounded: a vocabulary or a prime

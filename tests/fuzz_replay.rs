@@ -103,3 +103,27 @@ fn our_own_files_pass_through_their_targets() {
         replay("name_map", target("name_map"), &path);
     }
 }
+
+/// The embedded WGSL through `shader_set`, each file behind the byte that picks it (as
+/// `fuzz/seeds.sh` seeds them): each unedited file loads, and the target accepts it.
+#[cfg(feature = "gpu")]
+#[test]
+fn the_embedded_shaders_pass_through_shader_set() {
+    use golden_lens::gpu::exec::FAMILIES;
+    let names: Vec<&str> = std::iter::once("common")
+        .chain(FAMILIES.iter().map(|f| f.name))
+        .collect();
+    for (pick, name) in names.iter().enumerate() {
+        let path = repo(&format!("shaders/{name}.wgsl"));
+        let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let pick = u8::try_from(pick).expect("fewer than 256 files");
+        let data: Vec<u8> = std::iter::once(pick).chain(text).collect();
+        let start = Instant::now();
+        let loaded = targets::load_shader_input(&data).expect("scratch directory");
+        if let Err(e) = loaded {
+            panic!("the embedded {name}.wgsl is refused: {}", e.rendered());
+        }
+        targets::shader_set(&data);
+        assert!(start.elapsed() <= MAX_SECONDS_PER_INPUT, "{name}");
+    }
+}

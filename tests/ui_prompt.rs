@@ -5,10 +5,11 @@
 //! oracle's captures show with their invariants. Needs the `gui` feature.
 #![cfg(feature = "gui")]
 
+mod gguf_common;
 mod ui_common;
 
 use egui_kittest::kittest::Queryable;
-use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter, MetaValue};
+use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter};
 use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use golden_lens::oracle::faults::{Fault, FaultPlan};
 use golden_lens::session::builder::ModelParts;
@@ -51,32 +52,6 @@ fn vocabulary() -> (Vec<String>, Vec<String>, Vec<i32>) {
     (tokens, merges, types)
 }
 
-/// A scalar or array metadata value of `file` as the writer's value.
-fn writer_value(file: &GgufFile, v: &MetaValue) -> GgufValue {
-    match v {
-        MetaValue::U8(x) => GgufValue::U8(*x),
-        MetaValue::I8(x) => GgufValue::I8(*x),
-        MetaValue::U16(x) => GgufValue::U16(*x),
-        MetaValue::I16(x) => GgufValue::I16(*x),
-        MetaValue::U32(x) => GgufValue::U32(*x),
-        MetaValue::I32(x) => GgufValue::I32(*x),
-        MetaValue::F32(x) => GgufValue::F32(*x),
-        MetaValue::Bool(x) => GgufValue::Bool(*x),
-        MetaValue::String(x) => GgufValue::String(x.clone()),
-        MetaValue::U64(x) => GgufValue::U64(*x),
-        MetaValue::I64(x) => GgufValue::I64(*x),
-        MetaValue::F64(x) => GgufValue::F64(*x),
-        MetaValue::Array(a) => GgufValue::Array(
-            a.elem_type,
-            file.array_values(a, None)
-                .expect("array")
-                .iter()
-                .map(|e| writer_value(file, e))
-                .collect(),
-        ),
-    }
-}
-
 /// The tiny model (the embedded golden's fixture and filler weights) as a GGUF whose
 /// `tokenizer.ggml.*` keys hold [`vocabulary`], with BOS added.
 fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
@@ -91,7 +66,8 @@ fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
         if e.key.starts_with("tokenizer.") || e.key == "general.alignment" {
             continue;
         }
-        w.add(&e.key, writer_value(&src, &e.value)).unwrap();
+        w.add(&e.key, gguf_common::writer_value(&src, &e.value))
+            .unwrap();
     }
     let (tokens, merges, types) = vocabulary();
     w.add("tokenizer.ggml.model", GgufValue::string("gpt2"))

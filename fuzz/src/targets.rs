@@ -38,6 +38,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("engram_rows", engram_rows),
     ("import_dump", import_dump),
     ("name_map", name_map),
+    #[cfg(feature = "gpu")]
+    ("shader_set", shader_set),
 ];
 
 /// A scratch file for the path-based readers, one per process and name (fuzzers run one
@@ -200,4 +202,56 @@ pub fn name_map(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = NameMap::parse("fuzz.toml", text);
     }
+}
+
+/// A user-supplied shader directory (`--shaders DIR`) holding one edited file: the first byte
+/// picks the file (`common.wgsl` or one kernel family's), the rest is its text, unchecked (a
+/// non-UTF-8 file is the loader's to refuse). The directory is loaded exactly as `--shaders`
+/// loads it ([`ShaderSet::from_dir`]: read, then naga parse + validate of every family with the
+/// prelude, then the entry point / workgroup size / binding / uniform size checks against what
+/// the Rust side dispatches); no GPU device is created. An accepted set must report where each
+/// entry point is, and an error must name a file.
+#[cfg(feature = "gpu")]
+pub fn shader_set(data: &[u8]) {
+    use golden_lens::gpu::exec::FAMILIES;
+    use golden_lens::gpu::shaders::ShaderError;
+    match load_shader_input(data) {
+        None => {}
+        Some(Ok(set)) => {
+            for fam in FAMILIES {
+                let infos = set.entry_infos(fam.name);
+                assert!(
+                    infos.is_ok(),
+                    "{}: an accepted set has entry points",
+                    fam.name
+                );
+            }
+        }
+        Some(Err(ShaderError::Io { .. })) => {}
+        Some(Err(e)) => {
+            let shown = e.rendered();
+            assert!(shown.contains(".wgsl"), "the error names no file: {shown}");
+        }
+    }
+}
+
+/// The shader directory of a `shader_set` input, loaded; `None` for an empty input or when the
+/// scratch directory cannot be written.
+#[cfg(feature = "gpu")]
+pub fn load_shader_input(
+    data: &[u8],
+) -> Option<Result<golden_lens::gpu::ShaderSet, golden_lens::gpu::ShaderError>> {
+    use golden_lens::gpu::exec::FAMILIES;
+    use golden_lens::gpu::shaders::{ShaderSet, COMMON_FILE};
+    let (&pick, text) = data.split_first()?;
+    let files: Vec<String> = std::iter::once(COMMON_FILE.to_string())
+        .chain(FAMILIES.iter().map(|f| format!("{}.wgsl", f.name)))
+        .collect();
+    let name = &files[usize::from(pick) % files.len()];
+    let dir = std::env::temp_dir().join(format!("golden-lens-fuzz-{}-shaders", std::process::id()));
+    // The previous input's file goes: the directory holds this input's file alone.
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(dir.join(name), text).ok()?;
+    Some(ShaderSet::from_dir(&dir))
 }

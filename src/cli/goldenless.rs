@@ -349,32 +349,14 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
     print_timing(&record);
     progress.print_all_zero();
     let oracle_report = record.report(0);
-    for (regime, v) in &oracle_report.violations {
-        println!(
-            "{regime:<10} {:<28} INVARIANT at flat index {}: {}",
-            v.capture, v.index, v.what
-        );
-    }
-    println!(
-        "invariants: {} violations in the oracle's own captures",
-        oracle_report.violations.len()
-    );
+    super::check_print::print_invariants(&oracle_report, "the oracle's");
     let mut ok = oracle_report.violations.is_empty();
     let (mut passed, mut failed) = (0usize, oracle_report.violations.len());
     let multi = record.multi();
     if let Some(g) = &gpu {
         println!("adapter: {}", g.adapter);
         let gpu_report = record.report(1);
-        for (regime, v) in &gpu_report.violations {
-            println!(
-                "{regime:<10} {:<28} INVARIANT at flat index {}: {}",
-                v.capture, v.index, v.what
-            );
-        }
-        println!(
-            "invariants: {} violations in the gpu's own captures",
-            gpu_report.violations.len()
-        );
+        super::check_print::print_invariants(&gpu_report, "the gpu's");
         println!(
             "{:<10} {:<28} {:<10} {:>12} {:>12} {:>9} {:>8}  verdict",
             "regime", "capture", "policy", "max_abs_err", "tol", "ratio", "err/bud"

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod captures;
 pub mod check;
+pub mod check_print;
 pub mod gguf;
 pub mod golden;
 pub mod goldenless;

@@ -623,3 +623,34 @@ pub fn llama_builder(kvs: &Kvs) -> Builder {
             table,
         ))
 }
+
+/// A metadata value read from `file` as the writer's value (arrays read whole), for tests that
+/// copy a GGUF's metadata into a [`golden_lens::gguf::GgufWriter`] with some edit.
+pub fn writer_value(
+    file: &golden_lens::gguf::GgufFile,
+    v: &golden_lens::gguf::MetaValue,
+) -> golden_lens::gguf::GgufValue {
+    use golden_lens::gguf::{GgufValue, MetaValue};
+    match v {
+        MetaValue::U8(x) => GgufValue::U8(*x),
+        MetaValue::I8(x) => GgufValue::I8(*x),
+        MetaValue::U16(x) => GgufValue::U16(*x),
+        MetaValue::I16(x) => GgufValue::I16(*x),
+        MetaValue::U32(x) => GgufValue::U32(*x),
+        MetaValue::I32(x) => GgufValue::I32(*x),
+        MetaValue::U64(x) => GgufValue::U64(*x),
+        MetaValue::I64(x) => GgufValue::I64(*x),
+        MetaValue::F32(x) => GgufValue::F32(*x),
+        MetaValue::F64(x) => GgufValue::F64(*x),
+        MetaValue::Bool(x) => GgufValue::Bool(*x),
+        MetaValue::String(s) => GgufValue::String(s.clone()),
+        MetaValue::Array(a) => GgufValue::Array(
+            a.elem_type,
+            file.array_values(a, None)
+                .expect("array values")
+                .iter()
+                .map(|x| writer_value(file, x))
+                .collect(),
+        ),
+    }
+}
