@@ -7,10 +7,11 @@ use golden_lens::gpu::attn as gattn;
 use golden_lens::gpu::compress::{self as gcomp, Causal};
 use golden_lens::gpu::gemm::{gemm_into, gemm_into_using, linear, GemmKernel, XView};
 use golden_lens::gpu::hc as ghc;
+use golden_lens::gpu::loops::LLVMPIPE_LOOP_CAP;
 use golden_lens::gpu::quant::{quant, QuantMode};
 use golden_lens::gpu::rope::{rope, Positions};
 use golden_lens::gpu::rows;
-use golden_lens::gpu::{engram as geng, moe as gmoe, test_context, Gpu};
+use golden_lens::gpu::{engram as geng, moe as gmoe, test_context, Gpu, GpuError};
 use golden_lens::model::rope::RopeTable;
 use golden_lens::model::sparse::{select_candidate_blocks, window_idxs};
 use golden_lens::model::{ModelConfig, ScoreFunc};
@@ -849,4 +850,143 @@ fn sparse_attention_at_real_dims_matches_the_oracle() {
     let o = gattn::sparse_attn(&mut g, &qt, &kt, &st, &it, 1, nh, hd, w, scale).unwrap();
     let want = sparse_attn(&q, &kv, &sink, &idx, nh, hd, w, scale);
     assert!(max_ulps(&g.read_all(&o).unwrap(), &want) <= BF16_TRANSCENDENTAL_ULPS);
+}
+
+/// The inputs of a sparse-attention conformance case: q `[s, nh, hd]`, kv `[n_rows, hd]`, the
+/// sinks and `idx [s, w]` with every `absent_every`-th column absent (-1); with
+/// `kv_nonnegative` the rows hold |v|, so p·v sums never cancel (an output then moves at most
+/// the one bf16 ulp its probabilities' WGSL `exp` can move it).
+struct SparseAttnCase {
+    s: usize,
+    nh: usize,
+    hd: usize,
+    n_rows: usize,
+    w: usize,
+    absent_every: usize,
+    kv_nonnegative: bool,
+    seed: u64,
+}
+
+impl SparseAttnCase {
+    /// The kernel's output and the oracle's on this case's inputs, through `g`.
+    fn run(&self, g: &mut Gpu) -> (Vec<f32>, Vec<f32>) {
+        let (s, nh, hd, w) = (self.s, self.nh, self.hd, self.w);
+        let q = rand(self.seed, s * nh * hd, 1.0, true);
+        let mut kv = rand(self.seed + 1, self.n_rows * hd, 1.0, true);
+        if self.kv_nonnegative {
+            kv.iter_mut().for_each(|v| *v = v.abs());
+        }
+        let sink = rand(self.seed + 2, nh, 1.0, false);
+        let idx: Vec<i64> = (0..s * w)
+            .map(|i| {
+                if i % self.absent_every == self.absent_every - 1 {
+                    -1
+                } else {
+                    (splitmix64(i as u64 ^ self.seed) % self.n_rows as u64) as i64
+                }
+            })
+            .collect();
+        let idx_f: Vec<f32> = idx.iter().map(|&v| v as f32).collect();
+        let up = |n: &str, v: &[f32], g: &Gpu| g.upload(n, v).unwrap();
+        let (qt, kt, st, it) = (
+            up("q", &q, g),
+            up("kv", &kv, g),
+            up("sink", &sink, g),
+            up("idx", &idx_f, g),
+        );
+        let scale = (hd as f32).powf(-0.5);
+        let o = gattn::sparse_attn(g, &qt, &kt, &st, &it, s, nh, hd, w, scale).unwrap();
+        let want = sparse_attn(&q, &kv, &sink, &idx, nh, hd, w, scale);
+        (g.read_all(&o).unwrap(), want)
+    }
+}
+
+/// A real-dims prefill row at the most index columns the kernel takes (window 128 plus up to
+/// 512 compressed positions is 640 at the released geometry): one lane per (token, head) looped
+/// about 170,000 times here, far past llvmpipe's 65535 back-edges, and its last dims came back
+/// 0; the workgroup-per-row kernel loops about 6,200 times per invocation.
+#[test]
+fn sparse_attention_at_real_dims_and_max_index_columns_matches_the_oracle() {
+    let Some(mut g) = gpu("sparse_attn_max_cols") else {
+        return;
+    };
+    let case = SparseAttnCase {
+        s: 2,
+        nh: 2,
+        hd: 512,
+        n_rows: 1100,
+        w: gattn::MAX_COLS,
+        absent_every: 7,
+        kv_nonnegative: false,
+        seed: 43,
+    };
+    let (got, want) = case.run(&mut g);
+    assert!(gattn::sparse_attn_loop_count(case.hd, case.w) < LLVMPIPE_LOOP_CAP);
+    assert!(max_ulps(&got, &want) <= BF16_TRANSCENDENTAL_ULPS);
+}
+
+/// More (token, head) rows than one dispatch has workgroups (65535): the host splits them, and
+/// the rows of the second dispatch match the oracle like those of the first.
+#[test]
+fn sparse_attention_splits_rows_beyond_one_dispatch() {
+    let Some(mut g) = gpu("sparse_attn_many_rows") else {
+        return;
+    };
+    let case = SparseAttnCase {
+        s: 1100,
+        nh: 64,
+        hd: 4,
+        n_rows: 50,
+        w: 3,
+        absent_every: 5,
+        kv_nonnegative: true,
+        seed: 44,
+    };
+    assert!(case.s * case.nh > g.max_groups() as usize);
+    let (got, want) = case.run(&mut g);
+    assert!(max_ulps(&got, &want) <= BF16_TRANSCENDENTAL_ULPS);
+}
+
+/// Mesa's llvmpipe stops an invocation's loops after `LLVMPIPE_LOOP_CAP` back-edges: a shape
+/// past it is refused there with a typed error naming the kernel, the shape and the cap (it
+/// would return stale flags); any other adapter runs it.
+#[test]
+fn shapes_past_the_llvmpipe_loop_cap_are_refused_there_and_run_elsewhere() {
+    let Some(mut g) = gpu("loop_cap") else { return };
+    let (t_vis, k) = (70_000, 4);
+    let score = rand(45, t_vis, 4.0, false);
+    let st = g.upload("score", &score).unwrap();
+    let decode = Causal {
+        prefill: false,
+        r: 1,
+    };
+    let got = gcomp::topk(&mut g, &st, 1, t_vis, k, 0, decode);
+    if g.loop_capped() {
+        let err = got.expect_err("refused on llvmpipe");
+        let msg = err.to_string();
+        let GpuError::LoopCap {
+            kernel,
+            entry,
+            back_edges,
+            cap,
+            ..
+        } = err
+        else {
+            panic!("not a loop-cap refusal: {msg}");
+        };
+        assert_eq!(
+            (kernel, entry, cap),
+            ("compress", "topk_flags", LLVMPIPE_LOOP_CAP)
+        );
+        assert!(back_edges > cap, "{msg}");
+        assert!(
+            msg.contains("70000 visible positions") && msg.contains("65535"),
+            "{msg}"
+        );
+    } else {
+        let mut want = torch_cpu_topk_set(&score, k);
+        want.sort_unstable();
+        let want: Vec<f32> = want.iter().map(|&p| p as f32).collect();
+        assert_eq!(g.read_all(&got.unwrap()).unwrap(), want);
+    }
 }

@@ -226,3 +226,50 @@ fn the_oracle_alone_shows_its_captures_and_invariants() {
     h.get_by_label("Selected: prefill3/L0.attn_out");
     h.get_by_label_contains("cpu alone: the live reference");
 }
+
+#[test]
+fn the_greedy_decode_text_and_the_step_times_show_after_a_prompt_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny_gguf_with_vocabulary(dir.path());
+    let h = run_typed_prompt(AppOptions::cpu_only(), gguf);
+    let s = h.state().state();
+    // One greedy token per regime: the prefill's is what the decode regime ran on.
+    let greedy = s.greedy_tokens();
+    assert_eq!(greedy.len(), 1 + DECODE, "one per regime");
+    let decode_ids = h
+        .state()
+        .results()
+        .iter()
+        .find(|r| r.label() == "decode3/input_ids")
+        .and_then(|r| r.capture_of(0))
+        .expect("the decode regime's input ids");
+    match &decode_ids.values {
+        golden_lens::model::CaptureValues::I64(v) => assert_eq!(v.as_slice(), &greedy[..1]),
+        other => panic!("integer ids expected: {other:?}"),
+    }
+    let run = s.prompt_run.clone().expect("the prompt run");
+    let tok = run.tokenizer.as_ref().expect("the GGUF's vocabulary");
+    let line = run.decode_line(&greedy);
+    for id in &greedy {
+        let piece = tok.0.piece(u32::try_from(*id).unwrap()).expect("a piece");
+        assert!(line.contains(&format!("{id} '{piece}'")), "{line}");
+    }
+    assert!(line.contains("; text "), "{line}");
+    h.get_by_label(&line);
+    // Per-step seconds of every backend (one here), summed in the run panel's line.
+    let steps_total = s.progress.steps_total;
+    assert_eq!(s.step_log.len(), steps_total);
+    assert!(s
+        .step_log
+        .iter()
+        .all(|m| m.seconds.len() == 1 && m.seconds[0] >= 0.0));
+    let sums = s.step_seconds_by_backend();
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0].0, "cpu");
+    assert!(sums[0].1 > 0.0, "{sums:?}");
+    let timing = s.step_seconds_line().expect("a timing line");
+    assert!(
+        timing.starts_with(&format!("Step time over {steps_total} steps: cpu ")),
+        "{timing}"
+    );
+}

@@ -39,6 +39,11 @@ pub struct Params {
     pub zero: u32,
     pub off_by_one: u32,
     pub n_rows: u32,
+    /// `sparse_attn`: the first (token, head) row of the dispatch.
+    pub row0: u32,
+    pub _pad0: u32,
+    pub _pad1: u32,
+    pub _pad2: u32,
 }
 
 /// Write the chunk's kv rows `[s, hd]` into the ring `[win, hd]` (slot `(sp + t) % win` for the
@@ -154,6 +159,30 @@ pub fn idx_concat(
     )
 }
 
+/// Invocations of one `sparse_attn` workgroup (its `@workgroup_size`): they split a row's index
+/// columns for q·k and its output dims for p·v.
+pub const SPARSE_ATTN_THREADS: usize = 64;
+
+/// Output dims one `sparse_attn` workgroup's p·v pass covers: each invocation owns four of them
+/// (64 apart) and reads each column's index and probability once for the four.
+pub const SPARSE_ATTN_PV_BLOCK: usize = 4 * SPARSE_ATTN_THREADS;
+
+/// The most loop back-edges one `sparse_attn` invocation takes at `hd` dims and `w` index
+/// columns (invocation 0, which also runs the max and the softmax sum): per column of its
+/// share the q·k loop (`hd / 4` unrolled steps, `hd % 4` tail steps, one exit), then `2w` for
+/// the max and the sum, its share of the normalisation, and per block of
+/// [`SPARSE_ATTN_PV_BLOCK`] output dims the p·v loop over the `w` columns (and one exit).
+pub fn sparse_attn_loop_count(hd: usize, w: usize) -> u64 {
+    let cols = w.div_ceil(SPARSE_ATTN_THREADS) as u64;
+    let blocks = hd.div_ceil(SPARSE_ATTN_PV_BLOCK) as u64;
+    let (hd, w) = (hd as u64, w as u64);
+    let qk = cols * (hd / 4 + hd % 4 + 2);
+    let softmax = 2 * w + 2;
+    let norm = cols + 1;
+    let pv = blocks * (w + 2);
+    qk + softmax + norm + pv + 1
+}
+
 /// `sparse_attn(q [s, heads, hd], kv [n_rows, hd], sink [heads], idx [s, w])` → `[s, heads, hd]` bf16.
 #[allow(clippy::too_many_arguments)] // the kernel's operands, as the reference passes them
 pub fn sparse_attn(
@@ -181,34 +210,48 @@ pub fn sparse_attn(
     {
         return Err(guard("sparse_attn", "shape"));
     }
-    let o = gpu.zeros("sa_o", s * n_heads * hd)?;
-    let p = Params {
-        s: s as u32,
-        hd: hd as u32,
-        n_heads: n_heads as u32,
-        w: w as u32,
-        scale,
-        n_rows: (kv.len / hd) as u32,
-        ..Default::default()
-    };
-    // One thread per (token, head) row; q·k and p·v are hd multiply-adds per column each.
-    let map = WriteMap::RowThreads {
-        offset: 0,
-        ld: hd,
-        width: hd,
-        rows: s * n_heads,
-        period: s * n_heads,
-    };
-    let flops = 4 * (s * n_heads * w * hd) as u64;
-    gpu.dispatch_counted(
+    gpu.check_loops(
         &FAMILY,
         "sparse_attn",
-        &p,
-        &[q, kv, sink, idx, &o],
-        (groups_for(s * n_heads), 1, 1),
-        map,
-        flops,
+        sparse_attn_loop_count(hd, w),
+        || format!("head_dim {hd} x {w} index columns"),
     )?;
+    let o = gpu.zeros("sa_o", s * n_heads * hd)?;
+    let rows = s * n_heads;
+    let per_dispatch = gpu.max_groups() as usize;
+    let mut row0 = 0;
+    while row0 < rows {
+        let n = per_dispatch.min(rows - row0);
+        let p = Params {
+            s: s as u32,
+            hd: hd as u32,
+            n_heads: n_heads as u32,
+            w: w as u32,
+            scale,
+            n_rows: (kv.len / hd.max(1)) as u32,
+            row0: row0 as u32,
+            ..Default::default()
+        };
+        // One workgroup per (token, head) row, its invocations strided along the output dims.
+        let map = WriteMap::RowGroups {
+            offset: row0 * hd,
+            ld: hd,
+            width: hd,
+            rows: n,
+        };
+        // q·k and p·v are hd multiply-adds per column each.
+        let flops = 4 * (n * w * hd) as u64;
+        gpu.dispatch_counted(
+            &FAMILY,
+            "sparse_attn",
+            &p,
+            &[q, kv, sink, idx, &o],
+            (n as u32, 1, 1),
+            map,
+            flops,
+        )?;
+        row0 += n;
+    }
     Ok(o)
 }
 

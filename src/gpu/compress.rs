@@ -101,6 +101,27 @@ pub fn pool(
     Ok(out)
 }
 
+/// The most loop back-edges one `index_scores` lane (a (token, position) pair) takes: `ih`
+/// heads of `ihd` products each.
+pub fn index_scores_loop_count(ih: usize, ihd: usize) -> u64 {
+    ih as u64 * (ihd as u64 + 2) + 1
+}
+
+/// The most loop back-edges one `candidate_blocks` lane (a (token, block) pair) takes: its own
+/// block score, every block's score (a max over `block` positions each) for its rank, then
+/// writing its block's positions.
+pub fn candidate_blocks_loop_count(t_vis: usize, block: usize) -> u64 {
+    let nb = t_vis.div_ceil(block.max(1)) as u64;
+    (nb + 2) * (block as u64 + 1) + nb + 1
+}
+
+/// The most loop back-edges one `topk_flags` or `topk_compact` lane (a (token, position) pair)
+/// takes: it compares its value with every position of the row (the rank), or counts the
+/// selected positions before it (the slot).
+pub fn topk_loop_count(t_vis: usize) -> u64 {
+    t_vis as u64 + 1
+}
+
 /// Indexer scores `[s, t_vis]` (bf16 stages, causal -inf) from queries `[s, ih, ihd]`, keys
 /// `[≥ t_vis, ihd]` and weights `[s, ih]`.
 #[allow(clippy::too_many_arguments)] // the indexer's operands and geometry
@@ -118,6 +139,10 @@ pub fn index_scores(
     if iq.len != s * ih * ihd || keys.len < t_vis * ihd || wts.len != s * ih || causal.r == 0 {
         return Err(guard("index_scores", "shape"));
     }
+    let loops = index_scores_loop_count(ih, ihd);
+    gpu.check_loops(&FAMILY, "index_scores", loops, || {
+        format!("{ih} indexer heads x {ihd} dims")
+    })?;
     let out = gpu.zeros("index_scores", s * t_vis)?;
     let p = Params {
         s: s as u32,
@@ -191,6 +216,10 @@ pub fn candidate_blocks(
     if score.len != s * t_vis || block == 0 {
         return Err(guard("candidate_blocks", "shape"));
     }
+    let loops = candidate_blocks_loop_count(t_vis, block);
+    gpu.check_loops(&FAMILY, "candidate_blocks", loops, || {
+        format!("{t_vis} visible positions in blocks of {block}")
+    })?;
     let out = gpu.zeros("candidates", s * t_vis)?;
     let d = dummy(gpu)?;
     let p = Params {
@@ -238,6 +267,12 @@ pub fn topk(
             "topk",
             format!("scores {} for [{s}, {t_vis}], k = {k}", score.len),
         ));
+    }
+    let loops = topk_loop_count(t_vis);
+    for entry in ["topk_flags", "topk_compact"] {
+        gpu.check_loops(&FAMILY, entry, loops, || {
+            format!("{t_vis} visible positions")
+        })?;
     }
     let flags = gpu.zeros("topk flags", s * t_vis)?;
     let out = gpu.zeros("topk", s * k)?;

@@ -223,6 +223,12 @@ impl AdapterSummary {
         }
     }
 
+    /// Whether the adapter is Mesa's llvmpipe (lavapipe on Vulkan, llvmpipe on GL: both name
+    /// the device `llvmpipe (LLVM …)`), whose per-invocation loop cap [`super::loops`] guards.
+    pub fn is_llvmpipe(&self) -> bool {
+        self.name.to_ascii_lowercase().contains("llvmpipe")
+    }
+
     /// Whether the adapter is a CPU rasteriser (lavapipe, llvmpipe, SwiftShader, WARP).
     pub fn is_cpu(&self) -> bool {
         self.device_type == format!("{:?}", wgpu::DeviceType::Cpu)

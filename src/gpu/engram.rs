@@ -75,6 +75,12 @@ pub fn engram_embed(
     Ok(out)
 }
 
+/// The most loop back-edges one `engram_gate` invocation takes: lane 0 of a (token, stream)
+/// workgroup runs two mean squares and the dot product over `d`, then its share of the row.
+pub fn engram_gate_loop_count(d: usize) -> u64 {
+    3 * (d as u64 + 1) + d.div_ceil(64) as u64 + 1
+}
+
 /// The gated stream `[s, hc, d]` from the stream, `kv [s, (hc+1)·d]` and the q/k weights.
 #[allow(clippy::too_many_arguments)] // the reference's operands and constants
 pub fn engram_gate(
@@ -91,6 +97,8 @@ pub fn engram_gate(
     if h.len != s * hc * d || kv.len != s * (hc + 1) * d || qw.len != hc * d || kw.len != hc * d {
         return Err(guard("engram_gate", "shape"));
     }
+    let loops = engram_gate_loop_count(d);
+    gpu.check_loops(&FAMILY, "engram_gate", loops, || format!("{d} dims"))?;
     let out = gpu.zeros("engram_out", s * hc * d)?;
     let p = Params {
         s: s as u32,

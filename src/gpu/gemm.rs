@@ -21,12 +21,14 @@ pub const TILE_M: usize = 16;
 pub const TILE_N: usize = 64;
 /// `gemm_tiled`'s `@workgroup_size(16, 4)`: thread (tx, ty) owns rows ty + 4a, columns tx + 16b.
 pub const TILED_THREADS: (usize, usize) = (16, 4);
+/// Columns of x and w per `gemm_tiled` slab (`TILE_K` in the shader).
+pub const TILE_K: usize = 16;
 /// Rows of y per `gemm_rows4` thread.
 pub const ROWS4: usize = 4;
 /// Workgroup memory `gemm_tiled` stages: x and w slabs of `TILE_K = 16` rows, as high and low
 /// halves (`(16 + 64) · 16 · 2` f32). GLES 3.1 and WebGPU guarantee 16 KiB; an adapter that
 /// offers less runs the four-row kernel instead (same bits).
-pub const TILED_WORKGROUP_BYTES: u32 = ((TILE_M + TILE_N) * 16 * 2 * 4) as u32;
+pub const TILED_WORKGROUP_BYTES: u32 = ((TILE_M + TILE_N) * TILE_K * 2 * 4) as u32;
 
 /// Which kernel of `gemm.wgsl` runs a GEMM. All give the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +109,19 @@ impl GemmKernel {
                 threads_x: TILED_THREADS.0,
                 threads_y: TILED_THREADS.1,
             },
+        }
+    }
+
+    /// The most loop back-edges one invocation takes at depth `k`: the per-output and four-row
+    /// kernels step through k once; the tiled one, per slab of 16, stages its x and w shares
+    /// (4 and 16 steps) and runs the slab's 16 steps.
+    pub fn loop_count(self, k: usize) -> u64 {
+        match self {
+            GemmKernel::PerOutput | GemmKernel::Rows4 => k as u64 + 1,
+            GemmKernel::Tiled => {
+                let staging = (TILE_M + TILE_N) * TILE_K / (TILED_THREADS.0 * TILED_THREADS.1);
+                k.div_ceil(TILE_K) as u64 * (TILE_K + staging + 3) as u64 + 1
+            }
         }
     }
 
@@ -249,6 +264,10 @@ pub fn gemm_into_using(
     }
     // The row count alone must fit a dispatch (columns are checked per chunk below).
     kernel.groups(xv.m, 1)?;
+    let entry = kernel.entry(w.low_halves);
+    gpu.check_loops(&FAMILY, entry, kernel.loop_count(xv.k), || {
+        format!("[{}, {}] x [{n}, {}]^T", xv.m, xv.k, xv.k)
+    })?;
     for (r0, rows, chunk) in &w.chunks {
         let lo = w_row0.max(*r0);
         let hi = (w_row0 + n).min(r0 + rows);
@@ -272,7 +291,7 @@ pub fn gemm_into_using(
         let flops = 2 * (xv.m * xv.k * (hi - lo)) as u64;
         gpu.dispatch_counted(
             &FAMILY,
-            kernel.entry(w.low_halves),
+            entry,
             &p,
             &[x, chunk, y],
             kernel.groups(xv.m, hi - lo)?,

@@ -70,6 +70,14 @@ pub struct MixConsts {
     pub iters: usize,
 }
 
+/// The most loop back-edges one `hc_mix` lane (a token) takes: the mean square over `hc · d`
+/// values, the mixes, the row softmax and `iters` Sinkhorn rounds over `hc x hc` values.
+pub fn hc_mix_loop_count(hc: usize, d: usize, iters: usize) -> u64 {
+    let (hc, width) = (hc as u64, (hc * d) as u64);
+    let sinkhorn = iters as u64 * (2 * hc * (2 * hc + 2) + 2);
+    width + 1 + 2 * (hc * hc + 1) + hc * (3 * hc + 4) + sinkhorn + 1
+}
+
 /// `hc_mixes(h, fn, scale, base)` for a stream `h [s, hc, d]`; `scale_base` holds scale `[3]`
 /// followed by base `[mix]`.
 #[allow(clippy::too_many_arguments)] // the reference's operands and constants
@@ -96,6 +104,9 @@ pub fn hc_mixes(
     if scale_base.len != 3 + mix {
         return Err(guard("hc_mix", "scale/base length"));
     }
+    gpu.check_loops(&FAMILY, "hc_mix", hc_mix_loop_count(hc, d, c.iters), || {
+        format!("{hc} streams x {d} dims, {} Sinkhorn iterations", c.iters)
+    })?;
     let m = linear(gpu, h, s, fn_w, false)?;
     let out = gpu.zeros("mixes", s * (2 * hc + hc * hc))?;
     let p = Params {

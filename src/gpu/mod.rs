@@ -12,6 +12,7 @@ pub mod exec;
 pub mod gemm;
 pub mod hc;
 pub mod inject;
+pub mod loops;
 pub mod moe;
 pub mod profile;
 pub mod provenance;
@@ -54,6 +55,21 @@ pub enum GpuError {
     /// A shape or size guard failed before a dispatch.
     #[error("{kernel}: {msg}")]
     Guard { kernel: &'static str, msg: String },
+    /// A shape whose invocations would loop more often than the adapter runs (Mesa's llvmpipe:
+    /// see [`loops`]), refused before it could return zeros.
+    #[error(
+        "{kernel}::{entry} at {shape}: {back_edges} loop iterations per invocation exceed the \
+         {cap} that {adapter} runs (Mesa's llvmpipe stops an invocation's loops there and the \
+         outputs would come back zero or stale); run it on a GPU adapter or a smaller shape"
+    )]
+    LoopCap {
+        kernel: &'static str,
+        entry: &'static str,
+        shape: String,
+        back_edges: u64,
+        cap: u64,
+        adapter: String,
+    },
     /// A tensor exceeds what one buffer may hold on this adapter.
     #[error("{what}: {bytes} bytes exceed the adapter's limit of {limit} bytes per buffer")]
     TooLarge {

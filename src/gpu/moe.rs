@@ -60,6 +60,19 @@ fn base(cfg: &ModelConfig, s: usize) -> Params {
     }
 }
 
+/// The most loop back-edges one `gate_scores` lane (a token) takes: at most three passes over
+/// the `e` experts (the softmax).
+pub fn gate_scores_loop_count(e: usize) -> u64 {
+    3 * (e as u64 + 1)
+}
+
+/// The most loop back-edges one `route` lane (a token) takes: for the j-th of `k` picks, every
+/// one of the `e` experts against the j taken before it, then the weights.
+pub fn route_loop_count(e: usize, k: usize) -> u64 {
+    let (e, k) = (e as u64, k as u64);
+    e * k * (k + 1) / 2 + (e + 1) * k + 3 * k + 1
+}
+
 /// Gate scores `[s, e]` from the GEMM-f32 logits.
 pub fn gate_scores(
     gpu: &mut Gpu,
@@ -70,10 +83,13 @@ pub fn gate_scores(
     if logits.len != s * cfg.n_routed_experts {
         return Err(guard("gate_scores", "shape"));
     }
+    let ne = cfg.n_routed_experts;
+    gpu.check_loops(&FAMILY, "gate_scores", gate_scores_loop_count(ne), || {
+        format!("{ne} experts")
+    })?;
     let out = gpu.zeros("gate scores", logits.len)?;
     let d = gpu.zeros("unused", 1)?;
     let p = base(cfg, s);
-    let ne = cfg.n_routed_experts;
     gpu.dispatch(
         &FAMILY,
         "gate_scores",
@@ -105,6 +121,9 @@ pub fn route(
     if k > MAX_K || k > e || scores.len != s * e || bias.len != e {
         return Err(guard("route", "shape or k"));
     }
+    gpu.check_loops(&FAMILY, "route", route_loop_count(e, k), || {
+        format!("top-{k} of {e} experts")
+    })?;
     let out = gpu.zeros("routing", 2 * s * k)?;
     if let Some(ids) = given {
         if ids.len() != s * k || ids.iter().any(|&i| !(0.0..e as f32).contains(&i)) {

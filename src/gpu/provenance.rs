@@ -29,8 +29,7 @@ pub enum WriteMap {
         cols_per_thread: usize,
         rows_per_thread: usize,
     },
-    /// One thread per row: `gid = (row % period, 0, 0)` (hc mixes, MoE gate and routing,
-    /// sparse attention per (token, head)).
+    /// One thread per row: `gid = (row % period, 0, 0)` (hc mixes, MoE gate and routing).
     RowThreads {
         offset: usize,
         ld: usize,
@@ -39,7 +38,8 @@ pub enum WriteMap {
         period: usize,
     },
     /// One workgroup per row, its invocations strided along it: workgroup `(row, 0, 0)`,
-    /// invocation `(col % workgroup size, 0, 0)` (RMSNorm, the engram gate).
+    /// invocation `(col % workgroup size, 0, 0)` (RMSNorm, the engram gate, sparse attention
+    /// per (token, head)).
     RowGroups {
         offset: usize,
         ld: usize,

@@ -82,6 +82,12 @@ fn dummy(gpu: &Gpu) -> Result<Tensor, GpuError> {
     gpu.zeros("unused", 1)
 }
 
+/// The most loop back-edges one `rmsnorm` invocation takes: lane 0 sums the squares of the
+/// whole row, then writes its share of it.
+pub fn rmsnorm_loop_count(width: usize) -> u64 {
+    width as u64 + width.div_ceil(64) as u64 + 2
+}
+
 /// `RMSNorm` of `rows` rows of width `w.len` into a fresh tensor: `bf16(w · x · rsqrt(mean(x²) + eps))`.
 pub fn rmsnorm(
     gpu: &mut Gpu,
@@ -100,6 +106,8 @@ pub fn rmsnorm(
     if rows > MAX_GROUPS as usize {
         return Err(guard("rmsnorm", format!("{rows} rows exceed one dispatch")));
     }
+    let loops = rmsnorm_loop_count(width);
+    gpu.check_loops(&FAMILY, "rmsnorm", loops, || format!("rows of {width}"))?;
     let y = gpu.zeros("rmsnorm", rows * width)?;
     let d = dummy(gpu)?;
     let p = Params {

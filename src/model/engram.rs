@@ -6,7 +6,7 @@
 
 use crate::golden::EngramFixture;
 use crate::model::config::EngramConfig;
-use crate::model::{BackendError, Step, WeightSource};
+use crate::model::{BackendError, ModelConfig, Step, WeightSource};
 
 /// Hash constants for every engram layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +21,39 @@ pub struct EngramTables {
     pub primes: Vec<Vec<Vec<i64>>>,
     /// `[engram layer][column]`: exclusive prefix sums of the flattened primes.
     pub offsets: Vec<Vec<i64>>,
+}
+
+/// One forward's n-gram hashes with their capture shape `[1, s, n_engram_layers, n_hash_cols]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngramHashes {
+    pub shape: Vec<usize>,
+    pub hashes: Vec<i64>,
+}
+
+/// The `EngramHash` step as every backend runs it (spec §8): `None` when the config has no
+/// engram layers, else [`EngramTables::hash_chunk`] of `ids` at `start_pos` (recording them in
+/// the backend's persistent `cache`). A config with engram layers but no tables, or a token
+/// outside the token map, is an invalid step.
+pub fn engram_hash_step(
+    cfg: &ModelConfig,
+    tables: Option<&EngramTables>,
+    cache: &mut Vec<i64>,
+    ids: &[i64],
+    start_pos: usize,
+    step: Step,
+) -> Result<Option<EngramHashes>, BackendError> {
+    let Some(ecfg) = cfg.engram.as_ref() else {
+        return Ok(None);
+    };
+    let invalid = |msg: String| BackendError::Invalid { step, msg };
+    let tables = tables.ok_or_else(|| {
+        invalid("the config has engram layers but no engram tables were given".to_string())
+    })?;
+    let hashes = tables
+        .hash_chunk(ecfg, cache, ids, start_pos)
+        .map_err(|e| invalid(e.0))?;
+    let shape = vec![1, ids.len(), ecfg.layer_ids.len(), ecfg.n_hash_cols()];
+    Ok(Some(EngramHashes { shape, hashes }))
 }
 
 /// Tables that contradict the config.

@@ -2,6 +2,7 @@
 //! the hyper-connection stream, and the engram layers that add their gated lookups to it.
 
 use super::*;
+use crate::model::engram::{engram_hash_step, EngramHashes};
 
 impl Oracle {
     pub(super) fn step_engram_hash(
@@ -13,22 +14,19 @@ impl Oracle {
         let mut taken = std::mem::take(&mut self.ids);
         self.put_int(out, "input_ids", vec![1, s], &mut taken);
         self.ids = taken;
-        let Some(ecfg) = self.cfg.engram.clone() else {
+        let Some(EngramHashes { shape, mut hashes }) = engram_hash_step(
+            &self.cfg,
+            self.engram.as_ref(),
+            &mut self.state.hash_cache,
+            &self.ids,
+            self.sp,
+            step,
+        )?
+        else {
             self.hashes.clear();
             return Ok(());
         };
-        let tables = self.engram.as_ref().ok_or_else(|| {
-            invalid(
-                step,
-                "the config has engram layers but no engram tables were given",
-            )
-        })?;
-        let n_eng = ecfg.layer_ids.len();
-        let cols = ecfg.n_hash_cols();
-        let mut hashes = tables
-            .hash_chunk(&ecfg, &mut self.state.hash_cache, &self.ids, self.sp)
-            .map_err(|e| invalid(step, e.0))?;
-        self.put_int(out, "engram_hashes", vec![1, s, n_eng, cols], &mut hashes);
+        self.put_int(out, "engram_hashes", shape, &mut hashes);
         self.hashes = hashes;
         Ok(())
     }

@@ -6,32 +6,26 @@ use crate::gpu::engram;
 use crate::gpu::exec::Tensor;
 use crate::gpu::gemm::linear;
 use crate::gpu::rows::expand;
+use crate::model::engram::{engram_hash_step, EngramHashes};
 use crate::model::{BackendError, Capture, CaptureDtype, Step};
 
 impl GpuBackend {
     pub(super) fn step_engram_hash(&mut self, step: Step) -> Result<(), BackendError> {
         let s = self.s();
         self.cap_host(Capture::int("input_ids", vec![1, s], self.ids.clone()));
-        let Some(ecfg) = self.cfg.engram.clone() else {
+        let Some(EngramHashes { shape, hashes }) = engram_hash_step(
+            &self.cfg,
+            self.engram.as_ref(),
+            &mut self.hash_cache,
+            &self.ids,
+            self.sp,
+            step,
+        )?
+        else {
             self.hashes.clear();
             return Ok(());
         };
-        let tables = self.engram.as_ref().ok_or_else(|| {
-            invalid(
-                step,
-                "the config has engram layers but no engram tables were given",
-            )
-        })?;
-        let n_eng = ecfg.layer_ids.len();
-        let cols = ecfg.n_hash_cols();
-        let hashes = tables
-            .hash_chunk(&ecfg, &mut self.hash_cache, &self.ids, self.sp)
-            .map_err(|e| invalid(step, e.0))?;
-        self.cap_host(Capture::int(
-            "engram_hashes",
-            vec![1, s, n_eng, cols],
-            hashes.clone(),
-        ));
+        self.cap_host(Capture::int("engram_hashes", shape, hashes.clone()));
         self.hashes = hashes;
         Ok(())
     }

@@ -437,7 +437,7 @@ impl Gpu {
             ));
         }
         self.ctx.check_health()?;
-        let max = MAX_GROUPS.min(self.ctx.adapter.limits.max_workgroups_per_dimension);
+        let max = self.max_groups();
         if groups.0 > max || groups.1 > max || groups.2 > max {
             return Err(guard(
                 fam.name,
