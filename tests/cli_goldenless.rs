@@ -81,9 +81,26 @@ fn the_gpu_is_compared_with_the_live_oracle_and_an_injection_is_named() {
     let (code, out, err) = run(&base);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("0 outside, 0 missing"), "{out}");
+    assert!(out.contains("mode:    chained"), "{out}");
     let mut injected = base.to_vec();
     injected.extend(["--inject", "rope-sign@L2.sa_q"]);
     let (code, out, _) = run(&injected);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("first gpu divergence: prefill8 L2.sa_q (Block(2))"),
+        "{out}"
+    );
+    // Isolated: the GPU reseeded from the live oracle before every step, every step whole,
+    // still within policy, and the injection still the first divergence.
+    let mut isolated = base.to_vec();
+    isolated.extend(["--mode", "isolated"]);
+    let (code, out, err) = run(&isolated);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("mode:    isolated"), "{out}");
+    assert!(!out.contains("NOT ISOLATED"), "{out}");
+    assert!(out.contains("0 outside, 0 missing"), "{out}");
+    isolated.extend(["--inject", "rope-sign@L2.sa_q"]);
+    let (code, out, _) = run(&isolated);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("first gpu divergence: prefill8 L2.sa_q (Block(2))"),

@@ -101,52 +101,67 @@ fn blocks(ty: GgmlType, rows: usize, cols: usize, salt: u64) -> Vec<u8> {
 #[test]
 fn gemm_over_stored_blocks_equals_dequantize_then_gemm() {
     use GgmlType::*;
-    let (k, n) = (768, 37);
+    // Ragged panels and tasks; enough multiply-adds at m = 1 for the GEMM to go parallel.
+    let n = 100;
     for ty in [
         Q2K, Q3K, Q4K, Iq2Xxs, Mxfp4, Q8_0, Q4_0, Q5K, Q6K, F16, Bf16, F32,
     ] {
-        let bytes = blocks(ty, n, k, ty.id() as u64);
-        for round_bf16 in [false, true] {
-            let stored =
-                StoredMatrix::new("w", ty, n, k, Cow::Borrowed(&bytes), round_bf16).expect("valid");
-            let mut dense = vec![0f32; n * k];
-            dequantize(ty, &bytes, &mut dense).expect("dequantize");
-            if round_bf16 {
-                dense
-                    .iter_mut()
-                    .for_each(|v| *v = golden_lens::num::bf16_round(*v));
+        // Three whole 256-column chunks; for 32-value blocks also a ragged last chunk.
+        let ks: &[usize] = match ty {
+            Mxfp4 | Q8_0 | Q4_0 | F16 | Bf16 | F32 => &[768, 800],
+            _ => &[768],
+        };
+        for &k in ks {
+            let bytes = blocks(ty, n, k, ty.id() as u64);
+            for round_bf16 in [false, true] {
+                stored_equals_dense(ty, &bytes, (n, k), round_bf16);
             }
-            for m in [1, 5, 16] {
-                let x: Vec<f32> = values(m * k, 99)
-                    .into_iter()
-                    .map(golden_lens::num::bf16_round)
-                    .collect();
-                for out_bf16 in [false, true] {
-                    // The definition: the portable kernel over the f32 copy.
-                    let want = gemm_on(
-                        KernelPath::Portable,
-                        &x,
-                        m,
-                        k,
-                        WeightRows::F32(&dense),
-                        n,
-                        out_bf16,
-                    );
-                    for path in supported_paths() {
-                        for w in [WeightRows::F32(&dense), WeightRows::Stored(&stored)] {
-                            let got = gemm_on(path, &x, m, k, w, n, out_bf16);
-                            let same = want
-                                .iter()
-                                .zip(&got)
-                                .all(|(p, q)| p.to_bits() == q.to_bits());
-                            assert!(
-                                same,
-                                "{} m {m} round {round_bf16} path {} out_bf16 {out_bf16} stored {}",
-                                ty.name(),
-                                path.name(),
-                                matches!(w, WeightRows::Stored(_))
-                            );
-                        }
+        }
+    }
+}
+
+/// Every path and thread count, over the blocks and over their f32 copy, gives the portable
+/// kernel's bits over the f32 copy, for 1 (the fused kernels), 5 and 16 input rows.
+fn stored_equals_dense(ty: GgmlType, bytes: &[u8], (n, k): (usize, usize), round_bf16: bool) {
+    let stored = StoredMatrix::new("w", ty, n, k, Cow::Borrowed(bytes), round_bf16).expect("valid");
+    let mut dense = vec![0f32; n * k];
+    dequantize(ty, bytes, &mut dense).expect("dequantize");
+    if round_bf16 {
+        dense
+            .iter_mut()
+            .for_each(|v| *v = golden_lens::num::bf16_round(*v));
+    }
+    for m in [1, 5, 16] {
+        let x: Vec<f32> = values(m * k, 99)
+            .into_iter()
+            .map(golden_lens::num::bf16_round)
+            .collect();
+        for out_bf16 in [false, true] {
+            // The definition: the portable kernel over the f32 copy.
+            let want = gemm_on(
+                KernelPath::Portable,
+                &x,
+                m,
+                k,
+                WeightRows::F32(&dense),
+                n,
+                out_bf16,
+            );
+            for path in supported_paths() {
+                for threads in THREAD_COUNTS {
+                    for w in [WeightRows::F32(&dense), WeightRows::Stored(&stored)] {
+                        let got = on_threads(threads, || gemm_on(path, &x, m, k, w, n, out_bf16));
+                        let same = want
+                            .iter()
+                            .zip(&got)
+                            .all(|(p, q)| p.to_bits() == q.to_bits());
+                        assert!(
+                            same,
+                            "{} k {k} m {m} round {round_bf16} path {} threads {threads} out_bf16 {out_bf16} stored {}",
+                            ty.name(),
+                            path.name(),
+                            matches!(w, WeightRows::Stored(_))
+                        );
                     }
                 }
             }

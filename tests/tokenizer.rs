@@ -3,14 +3,14 @@
 //! `tokenize` and Python `tokenizers` (reading the same GGUF with gguf-py) give the same ids
 //! for every prompt, and `detokenize` gives back the text.
 
+mod bpe_common;
 mod gguf_common;
 
-use gguf_common::python_with_gguf;
+use bpe_common::{add_tokenizer, bpe_vocab_py, python_with_tokenizers, read_vocab, Vocab};
 use golden_lens::gguf::{GgufFile, GgufValue, GgufWriter};
 use golden_lens::model::tokenizer::{GgufTokenizer, TokenizerError};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use tempfile::TempDir;
 
 const PROMPTS: &[&str] = &[
@@ -25,91 +25,12 @@ const PROMPTS: &[&str] = &[
     "",
 ];
 
-struct Vocab {
-    tokens: Vec<String>,
-    merges: Vec<String>,
-    token_type: Vec<i32>,
-}
-
-fn python_with_tokenizers() -> Option<PathBuf> {
-    let python = python_with_gguf()?;
-    let ok = Command::new(&python)
-        .args(["-c", "import tokenizers"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    let msg = format!(
-        "{} cannot import tokenizers (tests/py/requirements.txt)",
-        python.display()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("notice: skipping: {msg}");
-    None
-}
-
-/// Runs `tests/py/bpe_vocab.py ARGS`; panics with its stderr on failure.
-fn bpe_vocab_py(python: &Path, args: &[&std::ffi::OsStr]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/bpe_vocab.py");
-    let out = Command::new(python)
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn read_vocab(dir: &Path) -> Vocab {
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("vocab.json")).expect("vocab.json"))
-            .expect("json");
-    let strings = |k: &str| -> Vec<String> {
-        v[k].as_array()
-            .expect(k)
-            .iter()
-            .map(|s| s.as_str().expect("string").to_string())
-            .collect()
-    };
-    Vocab {
-        tokens: strings("tokens"),
-        merges: strings("merges"),
-        token_type: v["token_type"]
-            .as_array()
-            .expect("token_type")
-            .iter()
-            .map(|t| t.as_i64().expect("int") as i32)
-            .collect(),
-    }
-}
-
 /// A GGUF with the tokenizer keys of the antirez dialect (spec §1.2) and no tensors.
 fn write_gguf(path: &Path, v: &Vocab, add_bos: bool) {
     let mut w = GgufWriter::new();
     w.add("general.architecture", GgufValue::string("deepseek41"))
         .unwrap();
-    w.add("tokenizer.ggml.model", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.pre", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.tokens", GgufValue::strings(&v.tokens))
-        .unwrap();
-    w.add("tokenizer.ggml.token_type", GgufValue::i32s(&v.token_type))
-        .unwrap();
-    w.add("tokenizer.ggml.merges", GgufValue::strings(&v.merges))
-        .unwrap();
-    w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(0))
-        .unwrap();
-    w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(1))
-        .unwrap();
-    w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(add_bos))
-        .unwrap();
+    add_tokenizer(&mut w, v, add_bos);
     w.write(path).unwrap();
 }
 

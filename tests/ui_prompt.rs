@@ -5,12 +5,11 @@
 //! oracle's captures show with their invariants. Needs the `gui` feature.
 #![cfg(feature = "gui")]
 
+mod bpe_common;
 mod gguf_common;
 mod ui_common;
 
 use egui_kittest::kittest::Queryable;
-use golden_lens::gguf::{Dialect, GgufFile, GgufValue, GgufWriter};
-use golden_lens::model::gguf_export::{export_golden, ExportOptions};
 use golden_lens::oracle::faults::{Fault, FaultPlan};
 use golden_lens::session::builder::ModelParts;
 use golden_lens::session::controller::BoxedBackend;
@@ -55,47 +54,13 @@ fn vocabulary() -> (Vec<String>, Vec<String>, Vec<i32>) {
 /// The tiny model (the embedded golden's fixture and filler weights) as a GGUF whose
 /// `tokenizer.ggml.*` keys hold [`vocabulary`], with BOS added.
 fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
-    let golden = golden_lens::golden::embedded::default_golden().expect("golden");
-    let plain = dir.join("tiny-plain.gguf");
-    export_golden(&golden, &plain, &ExportOptions::new(Dialect::LlamaCpp)).expect("export");
-    let src = GgufFile::open(&plain).expect("open export");
-    let mut w = GgufWriter::new();
-    w.set_alignment(u32::try_from(src.alignment()).expect("alignment"))
-        .unwrap();
-    for e in src.metadata() {
-        if e.key.starts_with("tokenizer.") || e.key == "general.alignment" {
-            continue;
-        }
-        w.add(&e.key, gguf_common::writer_value(&src, &e.value))
-            .unwrap();
-    }
-    let (tokens, merges, types) = vocabulary();
-    w.add("tokenizer.ggml.model", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.pre", GgufValue::string("gpt2"))
-        .unwrap();
-    w.add("tokenizer.ggml.tokens", GgufValue::strings(&tokens))
-        .unwrap();
-    w.add("tokenizer.ggml.token_type", GgufValue::i32s(&types))
-        .unwrap();
-    w.add("tokenizer.ggml.merges", GgufValue::strings(&merges))
-        .unwrap();
-    w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(0))
-        .unwrap();
-    w.add("tokenizer.ggml.eos_token_id", GgufValue::U32(1))
-        .unwrap();
-    w.add("tokenizer.ggml.add_bos_token", GgufValue::Bool(true))
-        .unwrap();
-    for t in src.tensors() {
-        let bytes = src
-            .tensor_bytes(&t.name)
-            .expect("tensor bytes")
-            .into_owned();
-        w.add_tensor(&t.name, &t.dims, t.ggml_type, bytes).unwrap();
-    }
-    let path = dir.join("tiny-bpe.gguf");
-    w.write(&path).unwrap();
-    path
+    let (tokens, merges, token_type) = vocabulary();
+    let v = bpe_common::Vocab {
+        tokens,
+        merges,
+        token_type,
+    };
+    bpe_common::tiny_gguf_with_vocabulary(dir, "tiny-bpe.gguf", &v, true)
 }
 
 /// The oracle (the live reference) and a second oracle named `cpu-test` with `faults` planted.
@@ -225,4 +190,51 @@ fn the_oracle_alone_shows_its_captures_and_invariants() {
     h.run_steps(3);
     h.get_by_label("Selected: prefill3/L0.attn_out");
     h.get_by_label_contains("cpu alone: the live reference");
+}
+
+#[test]
+fn the_greedy_decode_text_and_the_step_times_show_after_a_prompt_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny_gguf_with_vocabulary(dir.path());
+    let h = run_typed_prompt(AppOptions::cpu_only(), gguf);
+    let s = h.state().state();
+    // One greedy token per regime: the prefill's is what the decode regime ran on.
+    let greedy = s.greedy_tokens();
+    assert_eq!(greedy.len(), 1 + DECODE, "one per regime");
+    let decode_ids = h
+        .state()
+        .results()
+        .iter()
+        .find(|r| r.label() == "decode3/input_ids")
+        .and_then(|r| r.capture_of(0))
+        .expect("the decode regime's input ids");
+    match &decode_ids.values {
+        golden_lens::model::CaptureValues::I64(v) => assert_eq!(v.as_slice(), &greedy[..1]),
+        other => panic!("integer ids expected: {other:?}"),
+    }
+    let run = s.prompt_run.clone().expect("the prompt run");
+    let tok = run.tokenizer.as_ref().expect("the GGUF's vocabulary");
+    let line = run.decode_line(&greedy);
+    for id in &greedy {
+        let piece = tok.0.piece(u32::try_from(*id).unwrap()).expect("a piece");
+        assert!(line.contains(&format!("{id} '{piece}'")), "{line}");
+    }
+    assert!(line.contains("; text "), "{line}");
+    h.get_by_label(&line);
+    // Per-step seconds of every backend (one here), summed in the run panel's line.
+    let steps_total = s.progress.steps_total;
+    assert_eq!(s.step_log.len(), steps_total);
+    assert!(s
+        .step_log
+        .iter()
+        .all(|m| m.seconds.len() == 1 && m.seconds[0] >= 0.0));
+    let sums = s.step_seconds_by_backend();
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0].0, "cpu");
+    assert!(sums[0].1 > 0.0, "{sums:?}");
+    let timing = s.step_seconds_line().expect("a timing line");
+    assert!(
+        timing.starts_with(&format!("Step time over {steps_total} steps: cpu ")),
+        "{timing}"
+    );
 }

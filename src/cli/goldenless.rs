@@ -14,7 +14,7 @@ use golden_lens::session::export::write_atomic;
 use golden_lens::session::multi::{cross_json, triage_totals};
 use golden_lens::session::reference::TokensReference;
 use golden_lens::session::run::{KeepValues, RunRecord};
-use golden_lens::session::{CheckOptions, StepBackend, StepOutcome, Stepper};
+use golden_lens::session::{CheckOptions, Mode, StepBackend, StepOutcome, Stepper};
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
@@ -328,8 +328,15 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--only is not a valid regular expression: {e}"))?,
         invariants: Some(model.cfg.clone()),
+        // Isolated: every later backend's step is reseeded from the oracle's captures of the
+        // steps before it, so each step's own error is seen apart from the chain's.
+        mode: match args.mode {
+            super::check::ModeArg::Chained => Mode::Chained,
+            super::check::ModeArg::Isolated => Mode::Isolated,
+        },
         ..Default::default()
     };
+    println!("mode:    {}", opts.mode.label());
     let mut gpu = gpu_backend(&model, args, with_gpu)?;
     let mut oracle = model.oracle_with_diagnostics();
     let mut backends: Vec<StepBackend<'_>> = vec![Box::new(&mut oracle)];
@@ -357,6 +364,14 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
         println!("adapter: {}", g.adapter);
         let gpu_report = record.report(1);
         super::check_print::print_invariants(&gpu_report, "the gpu's");
+        for ni in &gpu_report.not_isolated {
+            println!(
+                "{:<10} {:<28} NOT ISOLATED: no oracle tensor for {}",
+                ni.regime,
+                ni.step.to_string(),
+                ni.missing.join(", ")
+            );
+        }
         println!(
             "{:<10} {:<28} {:<10} {:>12} {:>12} {:>9} {:>8}  verdict",
             "regime", "capture", "policy", "max_abs_err", "tol", "ratio", "err/bud"

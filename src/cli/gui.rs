@@ -57,7 +57,24 @@ pub struct GuiArgs {
     /// Run only blocks `A-B` (then `Final`) in a `--tokens`/`--prompt` run.
     #[arg(long)]
     pub layers: Option<String>,
+    /// The global `--shaders DIR`: the app watches it and re-checks the run on every save.
+    #[arg(skip)]
+    pub shaders_dir: Option<PathBuf>,
 }
+
+impl GuiArgs {
+    /// These arguments with the global `--shaders DIR` (the app watches it).
+    pub fn with_shaders(mut self, dir: Option<PathBuf>) -> GuiArgs {
+        self.shaders_dir = dir;
+        self
+    }
+}
+
+/// The kernel workbench the app's GPU backends are put on (None: no GPU backend).
+#[cfg(all(feature = "gui", feature = "gpu"))]
+type Bench = Option<std::sync::Arc<golden_lens::session::rerun::Workbench>>;
+#[cfg(all(feature = "gui", not(feature = "gpu")))]
+type Bench = Option<()>;
 
 /// Parse `WIDTHxHEIGHT`.
 #[cfg(feature = "gui")]
@@ -86,11 +103,21 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
     let gpu_status = GpuStatus::NotBuilt;
     let with_gpu = matches!(gpu_status, GpuStatus::Adapter(_));
     options.gpu = gpu_status;
+    #[cfg(feature = "gpu")]
+    let bench: Bench = with_gpu.then(golden_lens::session::rerun::Workbench::from_settings);
+    #[cfg(not(feature = "gpu"))]
+    let bench: Bench = with_gpu.then_some(());
+    #[cfg(feature = "gpu")]
+    {
+        options.workbench = bench.clone();
+    }
+    options.shaders_dir = args.shaders_dir.clone();
     // The app passes the GGUF it runs on (`--gguf`, or one opened at runtime), or None for the
     // golden's filler weights.
-    options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, with_gpu));
+    let b = bench.clone();
+    options.backends = std::sync::Arc::new(move |g, gguf| backends(g, gguf, &b));
     options.tokens_backends =
-        std::sync::Arc::new(move |gguf, layers| tokens_backends(gguf, layers, with_gpu));
+        std::sync::Arc::new(move |gguf, layers| tokens_backends(gguf, layers, &bench));
     options.prompt_on_start = match (&args.tokens, &args.prompt) {
         (Some(ids), _) => Some((ids.clone(), true)),
         (None, Some(text)) => Some((text.clone(), false)),
@@ -146,7 +173,7 @@ pub fn run(args: GuiArgs) -> anyhow::Result<ExitCode> {
 fn backends(
     g: &golden_lens::golden::Golden,
     gguf: Option<&std::path::Path>,
-    with_gpu: bool,
+    bench: &Bench,
 ) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
 {
     use golden_lens::session::controller::BoxedBackend;
@@ -154,7 +181,7 @@ fn backends(
     // The reference's own scores let the app triage every top-k disagreement.
     let mut out = vec![Box::new(model.oracle_with_diagnostics()) as BoxedBackend];
     #[cfg(feature = "gpu")]
-    if with_gpu {
+    if let Some(bench) = bench {
         let opts = golden_lens::gpu::GpuOptions {
             reference_ties: true,
             inject: None,
@@ -163,10 +190,10 @@ fn backends(
         let gpu = model
             .gpu(opts)
             .map_err(|e| golden_lens::session::SessionError::build("gpu", e))?;
-        out.push(Box::new(gpu) as BoxedBackend);
+        out.push(Box::new(bench.attach(gpu)) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = with_gpu;
+    let _ = bench;
     Ok(out)
 }
 
@@ -176,14 +203,14 @@ fn backends(
 fn tokens_backends(
     gguf: &std::path::Path,
     layers: Option<std::ops::RangeInclusive<usize>>,
-    with_gpu: bool,
+    bench: &Bench,
 ) -> Result<Vec<golden_lens::session::controller::BoxedBackend>, golden_lens::session::SessionError>
 {
     use golden_lens::session::controller::BoxedBackend;
     use golden_lens::session::SessionError;
     let mut out = (golden_lens::ui::goldenless::oracle_maker())(gguf, layers.clone())?;
     #[cfg(feature = "gpu")]
-    if with_gpu {
+    if let Some(bench) = bench {
         let model = golden_lens::session::builder::ModelParts::from_gguf(gguf)?;
         let opts = golden_lens::gpu::GpuOptions {
             reference_ties: true,
@@ -194,10 +221,10 @@ fn tokens_backends(
         gpu.set_layer_range(layers).map_err(|e| {
             SessionError::build("gpu", format!("{}: --layers: {e}", gguf.display()))
         })?;
-        out.push(Box::new(gpu) as BoxedBackend);
+        out.push(Box::new(bench.attach(gpu)) as BoxedBackend);
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = (with_gpu, layers);
+    let _ = (bench, layers);
     Ok(out)
 }
 

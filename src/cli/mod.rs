@@ -64,12 +64,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Gguf(cmd)) => gguf::run(cmd),
         Some(Command::Captures(cmd)) => captures::run(cmd),
         Some(Command::Check(args)) => check::run(args),
-        Some(Command::Gui(args)) => gui::run(args),
+        Some(Command::Gui(args)) => gui::run(args.with_shaders(cli.gpu.shaders)),
         Some(Command::Selftest(args)) => selftest::run(args),
         Some(Command::Localize(args)) => localize::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         #[cfg(feature = "gui")]
-        None => gui::run(gui::GuiArgs::default()),
+        None => gui::run(gui::GuiArgs::default().with_shaders(cli.gpu.shaders)),
         #[cfg(not(feature = "gui"))]
         None => {
             // The desktop window is not built yet: run the headless check on the embedded

@@ -19,6 +19,86 @@ pub const BF16_CK_REL: f64 = 0.0078125;
 /// bits, so a fixed 1e-4 absolute bar is used for both.
 pub const F32_TOL: f64 = 1e-4;
 
+/// The Atlas model's reduction lengths behind every f32 capture its `F32_TOL` was set on: the hc
+/// mixes (`*_pre/post/comb`, `pre_mix_*`) reduce the whole stream, hc_mult 4 × dim 64 = 256
+/// terms; the routing weights (`moe_weights`) come from the gate over dim 64.
+pub const ATLAS_HC_MIX_TERMS: usize = 256;
+/// See [`ATLAS_HC_MIX_TERMS`]: the gate's reduction over the Atlas model's dim 64.
+pub const ATLAS_GATE_TERMS: usize = 64;
+
+/// The f32-chain bar at a reduction of `terms` terms whose Atlas counterpart had `atlas_terms`:
+/// `F32_TOL · sqrt(max(terms, atlas_terms) / atlas_terms)`.
+///
+/// Why: an f32 chain's value is a sigmoid/softplus/Sinkhorn of one dot product over its
+/// reduction (hc mixes: the RMS-normalised stream against `hc_*_fn`; routing: `ffn_in` against
+/// the gate). Two correct implementations disagree on it through per-term errors: each term's
+/// product and summation rounding, and above all the rounding flip each bf16 input element may
+/// carry in from the stream (an element computed in f32 lands on the other side of a bf16
+/// rounding boundary, one bf16 ulp away: the granularity the bf16 bars allow). Those per-term
+/// errors have random signs, so their sum grows as the square root of the number of terms. The
+/// Atlas bar is the allowance for the Atlas reduction length; this keeps that allowance per term
+/// at a longer one (real dims, hc 4 × dim 5120 = 20480 terms: 8.94 × `F32_TOL`). It never goes
+/// below `F32_TOL`, so every Atlas-size verdict is unchanged.
+pub fn f32_chain_tol(terms: usize, atlas_terms: usize) -> f64 {
+    let atlas = atlas_terms.max(1);
+    F32_TOL * (terms.max(atlas) as f64 / atlas as f64).sqrt()
+}
+
+/// The model dims the f32 bars scale with (plain numbers, so `golden` needs no model config):
+/// the hc stream length `hc_mult · dim` and the gate's `dim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyDims {
+    /// Terms of the hc mixes' reduction, `hc_mult · dim`.
+    pub hc_mix_terms: usize,
+    /// Terms of the routing gate's reduction, `dim`.
+    pub gate_terms: usize,
+}
+
+impl PolicyDims {
+    /// The Atlas model's dims: the bars exactly as Atlas states them.
+    pub const ATLAS: PolicyDims = PolicyDims {
+        hc_mix_terms: ATLAS_HC_MIX_TERMS,
+        gate_terms: ATLAS_GATE_TERMS,
+    };
+
+    /// Dims of a model with `hc_mult` stream copies of width `dim`.
+    pub fn new(hc_mult: usize, dim: usize) -> PolicyDims {
+        PolicyDims {
+            hc_mix_terms: hc_mult.saturating_mul(dim),
+            gate_terms: dim,
+        }
+    }
+
+    /// `(terms, atlas_terms)` of the reduction behind the f32 capture with base name `base`
+    /// (None: not an f32 chain).
+    pub fn f32_reduction(&self, base: &str) -> Option<(usize, usize)> {
+        match base {
+            "pre_mix_in" | "pre_mix_out" | "attn_pre" | "attn_post" | "attn_comb" | "ffn_pre"
+            | "ffn_post" | "ffn_comb" => Some((self.hc_mix_terms, ATLAS_HC_MIX_TERMS)),
+            "moe_weights" => Some((self.gate_terms, ATLAS_GATE_TERMS)),
+            _ => None,
+        }
+    }
+
+    /// `policy` with its f32-chain bars (element and checksum) at these dims: unchanged for
+    /// every other policy, and at the Atlas dims.
+    pub fn scale(&self, policy: Policy, name: &str) -> Policy {
+        if policy.element_tol != ElementTol::Abs(F32_TOL) {
+            return policy;
+        }
+        let Some((terms, atlas)) = self.f32_reduction(&super::names::parse_capture_name(name).base)
+        else {
+            return policy;
+        };
+        let tol = f32_chain_tol(terms, atlas);
+        Policy {
+            element_tol: ElementTol::Abs(tol),
+            ck_rel: policy.ck_rel / F32_TOL * tol,
+            ..policy
+        }
+    }
+}
+
 /// Factor of `bf16_tol`: two bf16 ulps (2 · 2^-8) relative to the largest sampled magnitude.
 pub const BF16_TOL_ULPS_FACTOR: f64 = 2.0 / 256.0;
 
@@ -232,13 +312,20 @@ impl Against {
     }
 }
 
-/// The policy of the table for a capture compared `against` something.
+/// The policy of the table for a capture compared `against` something, at the Atlas dims.
 pub fn policy_against(against: Against, name: &str, is_int: bool) -> Policy {
-    match against {
+    policy_against_at(against, name, is_int, PolicyDims::ATLAS)
+}
+
+/// The policy of the table for a capture compared `against` something, with the f32-chain bars
+/// at the model's `dims` ([`f32_chain_tol`]); every other bar does not depend on the dims.
+pub fn policy_against_at(against: Against, name: &str, is_int: bool, dims: PolicyDims) -> Policy {
+    let policy = match against {
         Against::Reference => policy_for_capture(name, is_int),
         Against::ReferenceStrict => strict_policy_for_capture(name, is_int),
         Against::Backend => backend_policy_for_capture(name, is_int),
-    }
+    };
+    dims.scale(policy, name)
 }
 
 #[cfg(test)]
@@ -264,6 +351,61 @@ mod tests {
         assert_eq!(policy_for_capture("mystery", true).name, "exact");
         assert_eq!(policy_for_capture("mystery", false).name, "bf16");
         assert_eq!(POLICY_F32.element_tol_for(&[100.0]), F32_TOL);
+    }
+
+    #[test]
+    fn f32_chain_bars_grow_with_the_square_root_of_the_reduction() {
+        // The Atlas dims keep the Atlas bar, and anything shorter never goes under it.
+        assert_eq!(
+            f32_chain_tol(ATLAS_HC_MIX_TERMS, ATLAS_HC_MIX_TERMS),
+            F32_TOL
+        );
+        assert_eq!(f32_chain_tol(16, ATLAS_HC_MIX_TERMS), F32_TOL);
+        // 4x the terms, 2x the bar; real dims (hc 4 x dim 5120) 8.94x.
+        assert!((f32_chain_tol(1024, ATLAS_HC_MIX_TERMS) - 2.0 * F32_TOL).abs() < 1e-18);
+        let real = PolicyDims::new(4, 5120);
+        let p = policy_against_at(Against::Backend, "L0.ffn_post", false, real);
+        let want = F32_TOL * 80f64.sqrt();
+        assert_eq!(p.name, "gpu-f32");
+        assert!((p.element_tol_for(&[]) - want).abs() < 1e-15, "{p:?}");
+        assert!((p.ck_rel - want).abs() < 1e-15, "{p:?}");
+        // The gate's reduction is dim, against the Atlas dim 64: also sqrt(80).
+        let g = policy_against_at(Against::Reference, "L3.moe_weights", false, real);
+        assert!((g.element_tol_for(&[]) - want).abs() < 1e-15, "{g:?}");
+        // pre_mix_in is the previous block's pre_mix_out: the same bar.
+        assert_eq!(
+            policy_against_at(Against::Backend, "L2.pre_mix_in", false, real),
+            policy_against_at(Against::Backend, "L1.pre_mix_out", false, real)
+        );
+        // bf16, integer and logits bars do not depend on the dims.
+        for (name, int) in [
+            ("L0.attn_in", false),
+            ("L0.sa_topk_idxs", true),
+            ("logits_full", false),
+            ("shared.L2.candidates", true),
+        ] {
+            for against in [
+                Against::Reference,
+                Against::ReferenceStrict,
+                Against::Backend,
+            ] {
+                assert_eq!(
+                    policy_against_at(against, name, int, real),
+                    policy_against(against, name, int),
+                    "{name}"
+                );
+            }
+        }
+        // At the Atlas dims every row is the table's own.
+        for against in [
+            Against::Reference,
+            Against::ReferenceStrict,
+            Against::Backend,
+        ] {
+            let p = policy_against(against, "L0.ffn_post", false);
+            assert_eq!(p.element_tol, ElementTol::Abs(F32_TOL));
+            assert_eq!(p.ck_rel, F32_TOL);
+        }
     }
 
     #[test]

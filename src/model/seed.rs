@@ -67,6 +67,14 @@ impl ModelConfig {
     }
 }
 
+/// Whether the reference ran block `l` in regime `back` (it holds the block's `pre_mix_out`,
+/// a few values, so asking is cheap).
+fn ran_layer(reference: &dyn SeedTensors, back: usize, l: usize) -> bool {
+    reference
+        .full_f32(back, &format!("L{l}.pre_mix_out"))
+        .is_some()
+}
+
 /// The tensors that reseed `step` of a forward of `s` tokens at `sp`.
 pub fn plan(
     cfg: &ModelConfig,
@@ -141,7 +149,11 @@ pub fn plan(
             }
         }
         Step::Final => {
-            let last = cfg.n_layers.saturating_sub(1);
+            // The last block the reference ran: the model's last, or a `--layers` range's.
+            let last = (0..cfg.n_layers)
+                .rev()
+                .find(|&l| ran_layer(reference, 0, l))
+                .unwrap_or(cfg.n_layers.saturating_sub(1));
             p.f32(
                 reference,
                 &format!("L{last}.h_out"),
@@ -200,16 +212,27 @@ impl SeedPlan {
         reference: &dyn SeedTensors,
     ) {
         for &x in &cfg.kv_source_layers {
+            // A source layer the reference never ran (outside a `--layers` range) published
+            // nothing, and the backend leaves its slot untouched: nothing to seed.
+            if !(0..=reference.earlier_regimes()).any(|b| ran_layer(reference, b, x)) {
+                continue;
+            }
             let r = cfg.compress_ratios[x].max(1);
             let rows = if x < l { (sp + s) / r } else { sp / r };
             if rows == 0 {
                 continue;
             }
             let hd = cfg.head_dim;
-            match reference
-                .full_f32(0, &format!("shared.L{x}.compress_kv"))
-                .filter(|v| v.len() >= rows * hd)
-            {
+            // The cache is append-only, so any regime's capture that holds the first `rows`
+            // rows holds them as they are now: the current regime's first (a golden holds the
+            // whole regime up front), else the latest earlier one (a live recording has not
+            // reached layer x of the current regime when an earlier layer is seeded).
+            let name = format!("shared.L{x}.compress_kv");
+            match (0..=reference.earlier_regimes()).find_map(|back| {
+                reference
+                    .full_f32(back, &name)
+                    .filter(|v| v.len() >= rows * hd)
+            }) {
                 Some(mut v) => {
                     v.truncate(rows * hd);
                     self.items.push(SeedItem::CompressKv { layer: x, rows: v });

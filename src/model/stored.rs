@@ -132,24 +132,32 @@ impl<'a> StoredMatrix<'a> {
     /// must be multiples of [`StoredMatrix::block_values`] inside the row (callers are kernels
     /// that chunk rows by a multiple of every block size).
     pub fn decode(&self, row: usize, col0: usize, out: &mut [f32]) {
+        let bytes = self.blocks(row, col0, out.len());
+        (self.decoder)(bytes, out);
+    }
+
+    /// The stored bytes of values `col0..col0 + len` of row `row` (whole blocks), for kernels
+    /// that read the blocks themselves, and a prefetch of the row's next chunk (GEMMs read a
+    /// dozen rows a chunk at a time). `col0` and `len` must be multiples of
+    /// [`StoredMatrix::block_values`] inside the row.
+    pub fn blocks(&self, row: usize, col0: usize, len: usize) -> &[u8] {
         assert!(
             row < self.rows
                 && col0 % self.block_values == 0
-                && out.len() % self.block_values == 0
-                && col0 + out.len() <= self.cols,
-            "decode of row {row} columns {col0}..{} outside a {}x{} {} matrix",
-            col0 + out.len(),
+                && len % self.block_values == 0
+                && col0 + len <= self.cols,
+            "blocks of row {row} columns {col0}..{} outside a {}x{} {} matrix",
+            col0 + len,
             self.rows,
             self.cols,
             self.ggml_type.name()
         );
         let start = row * self.row_bytes + col0 / self.block_values * self.block_bytes;
-        let len = out.len() / self.block_values * self.block_bytes;
-        (self.decoder)(&self.bytes[start..start + len], out);
-        // The row's next chunk: GEMMs read a dozen rows a chunk at a time.
+        let len = len / self.block_values * self.block_bytes;
         let row_end = (row + 1) * self.row_bytes;
         let next = (start + len).min(row_end)..(start + 2 * len).min(row_end);
         crate::gguf::quant::rows::prefetch(&self.bytes[next]);
+        &self.bytes[start..start + len]
     }
 }
 

@@ -61,11 +61,21 @@ fn reduction_len(cfg: &ModelConfig, base: &str) -> Option<(usize, &'static str)>
     })
 }
 
+/// The base name whose computation produced capture `parsed`: a block's `pre_mix_in` past block
+/// 0 is the previous block's `pre_mix_out` (the same tensor handed on, spec §10.4), so it carries
+/// that reduction's error and gets its budget; block 0's is the one-hot constant (elementwise).
+fn produced_as(parsed: &crate::golden::names::CaptureName) -> &str {
+    match (parsed.base.as_str(), parsed.layer) {
+        ("pre_mix_in", Some(l)) if l > 0 => "pre_mix_out",
+        (base, _) => base,
+    }
+}
+
 /// The budget of capture `name` whose reference values reach `max_abs` in magnitude.
 pub fn budget_for(cfg: &ModelConfig, name: &str, max_abs: f64) -> Budget {
     let parsed = parse_capture_name(name);
     let kind = capture_kind(name);
-    let red = reduction_len(cfg, &parsed.base);
+    let red = reduction_len(cfg, produced_as(&parsed));
     match (kind, red) {
         (k, _) if k.is_int() => Budget { abs: 0.0, reason: "integer capture: exact".into() },
         (CaptureKind::F32, Some((k, what))) => Budget {
@@ -121,6 +131,22 @@ mod tests {
         assert_eq!(bf16_ulp(1.5), 1.0 / 128.0);
         assert_eq!(bf16_ulp(0.3), 1.0 / 512.0);
         assert!((gamma(256) - 256.0 / 16_777_216.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_handed_on_tensor_keeps_the_budget_of_the_step_that_computed_it() {
+        let cfg = ModelConfig::deepseek_v41_flash();
+        for m in [0.5, 1.25] {
+            // L2.pre_mix_in is L1.pre_mix_out (= L1.ffn_pre): one budget, one reason.
+            let out = budget_for(&cfg, "L1.pre_mix_out", m);
+            assert_eq!(budget_for(&cfg, "L2.pre_mix_in", m), out);
+            assert_eq!(budget_for(&cfg, "L1.ffn_pre", m), out);
+            assert!(out.reason.contains("hc mix projection"), "{}", out.reason);
+        }
+        // Block 0's pre-mix is the one-hot constant: elementwise, far below the mix's budget.
+        let first = budget_for(&cfg, "L0.pre_mix_in", 1.0);
+        assert!(first.reason.contains("elementwise"), "{}", first.reason);
+        assert!(first.abs < budget_for(&cfg, "L0.pre_mix_out", 1.0).abs / 100.0);
     }
 
     #[test]

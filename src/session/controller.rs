@@ -42,6 +42,11 @@ pub enum Request {
     SetMode(Mode),
     /// Hold bf16 captures to bit-exactness (implies a reset).
     SetStrict(bool),
+    /// The kernel workbench's re-check after a shader edit: fresh backends (on the new shaders)
+    /// replay, without reporting, the steps before the first occurrence of this step (None: up
+    /// to where the run stood) but never past the steps already reported, then the run goes on
+    /// to the end from there (see `super::rerun`). Announced by [`Event::Rerun`].
+    RerunFrom(Option<Step>),
 }
 
 /// What the worker reports.
@@ -57,6 +62,16 @@ pub enum Event {
         /// Invariant violations of captures no result holds, with the backend's name; normally
         /// empty.
         other_violations: Vec<(String, Violation)>,
+        /// Wall seconds each backend spent in the step, in backend order.
+        seconds: Vec<f64>,
+    },
+    /// A re-check ([`Request::RerunFrom`]) resumes after the first `kept_steps` steps reported
+    /// so far (their results stand); every later result is void and is reported again, starting
+    /// with `step` of `regime` (None when the run has no step left).
+    Rerun {
+        kept_steps: usize,
+        regime: String,
+        step: Option<Step>,
     },
     /// Captures the reference holds that the first backend did not produce in a finished regime.
     Missing {
@@ -221,16 +236,21 @@ impl Worker {
     }
 
     fn rebuild(&mut self) {
+        self.emit(Event::Cleared);
+        self.build();
+        self.emit(self.progress_event(false, None));
+    }
+
+    /// Fresh backends and a stepper at the first step (errors reported, `failed` set).
+    fn build(&mut self) {
         self.stepper = None;
         self.steps_done = 0;
         self.failed = false;
-        self.emit(Event::Cleared);
         let reference = match &self.reference {
             Ok(r) => r.clone(),
             Err(e) => {
                 self.failed = true;
                 self.emit(Event::Error(e.to_string()));
-                self.emit(self.progress_event(false, None));
                 return;
             }
         };
@@ -239,7 +259,6 @@ impl Worker {
             Err(e) => {
                 self.failed = true;
                 self.emit(Event::Error(e.to_string()));
-                self.emit(self.progress_event(false, None));
                 return;
             }
         };
@@ -263,7 +282,46 @@ impl Worker {
                 self.emit(Event::Error(e.to_string()));
             }
         }
-        self.emit(self.progress_event(false, None));
+    }
+
+    /// [`Request::RerunFrom`]: replay on fresh backends what stays, then run the rest.
+    fn rerun_from(&mut self, from: Option<Step>) {
+        // Steps whose results the UI holds: a replay never goes past them.
+        let reported = self.steps_done;
+        self.emit(self.progress_event(true, None));
+        self.build();
+        let mut kept = 0;
+        while kept < reported && !self.failed {
+            let Some(stepper) = self.stepper.as_mut() else {
+                break;
+            };
+            let Some(next) = stepper.peek_step() else {
+                break;
+            };
+            if Some(next) == from {
+                break;
+            }
+            match stepper.next_step() {
+                Ok(Some(_)) => kept += 1,
+                Ok(None) => break,
+                Err(e) => {
+                    self.failed = true;
+                    self.emit(Event::Error(e.to_string()));
+                }
+            }
+            self.steps_done = kept;
+            self.emit(self.progress_event(true, Some(format!("replaying {next}"))));
+        }
+        let (regime, step) = match &self.stepper {
+            Some(s) => (s.reference().regime_name(s.cursor().regime), s.peek_step()),
+            None => (String::new(), None),
+        };
+        self.emit(Event::Rerun {
+            kept_steps: kept,
+            regime,
+            step,
+        });
+        self.run_until(None);
     }
 
     fn handle(&mut self, req: Request) {
@@ -284,6 +342,7 @@ impl Worker {
             }
             Request::RunAll => self.run_until(None),
             Request::RunToLayer(layer) => self.run_until(Some(layer)),
+            Request::RerunFrom(step) => self.rerun_from(step),
         }
     }
 
@@ -340,6 +399,7 @@ impl Worker {
                     step: o.step,
                     results: o.results,
                     other_violations: o.other_violations,
+                    seconds: o.seconds,
                 });
                 if !missing.is_empty() {
                     self.emit(Event::Missing {

@@ -16,6 +16,7 @@ pub mod lockstep;
 pub mod multi;
 pub mod reference;
 pub mod report;
+pub mod rerun;
 pub mod results;
 pub mod run;
 pub mod selftest;

@@ -73,6 +73,57 @@ pub fn stride_for(n: usize, is_int: bool, full: bool) -> usize {
     }
 }
 
+/// How a golden's captures are strided: the generator's rule (tiny goldens, byte for byte as
+/// Atlas writes them) or the rule for goldens recorded on a GGUF at real dims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    /// [`stride_for`]: 12 float / 64 integer samples per capture.
+    Atlas,
+    /// [`gguf_stride_for`]: at least one sample per element of the last axis.
+    PerLastAxis,
+}
+
+impl Sampling {
+    /// The stride of capture `c` (whole when `full`).
+    pub fn stride(self, c: &Capture, full: bool) -> usize {
+        let n: usize = c.shape.iter().product();
+        let is_int = matches!(c.values, CaptureValues::I64(_));
+        match self {
+            Sampling::Atlas => stride_for(n, is_int, full),
+            Sampling::PerLastAxis => gguf_stride_for(&c.shape, is_int, full),
+        }
+    }
+}
+
+/// The stride of a capture of `shape` in a golden recorded on a GGUF: the largest prime at most
+/// `n / max(cap, last)` that does not divide the last axis' length `last` (1, the whole tensor,
+/// when there is none).
+///
+/// Why: with the generator's 12 float samples, a real-dims capture (`sa_q` holds 8 × 64 × 512
+/// values) is judged on 12 values and its checksum, and a defect confined to part of every row
+/// (RoPE's last 64 of each head's 512 dims, one head, one expert's channels) lands on none of
+/// them: only the checksum sees it, and its bar (two bf16 ulps of the checksum's scale) is weak
+/// by design. A stride coprime with the last axis visits its residues in turn, and at most
+/// `n / last` it leaves at least `last` samples, so every element of that axis is sampled (each
+/// at some token and head).
+pub fn gguf_stride_for(shape: &[usize], is_int: bool, full: bool) -> usize {
+    let n: usize = shape.iter().product();
+    let cap = if is_int {
+        INT_SAMPLE_CAP
+    } else {
+        FLOAT_SAMPLE_CAP
+    };
+    let last = shape.last().copied().unwrap_or(1).max(1);
+    if full {
+        return 1;
+    }
+    let is_prime = |c: usize| c >= 2 && (2..).take_while(|d| d * d <= c).all(|d| c % d != 0);
+    (2..=n / cap.max(last))
+        .rev()
+        .find(|&p| is_prime(p) && last % p != 0)
+        .unwrap_or(1)
+}
+
 /// Python's `repr(float)`: the shortest round-trip digits, fixed notation for decimal
 /// exponents in [-4, 16), scientific (`1e-05`, `1.5e+16`) otherwise, always a `.0` or exponent.
 pub fn py_float_repr(x: f64) -> String {
@@ -219,11 +270,10 @@ pub fn fixture_inputs(golden: &Golden) -> Result<Vec<(String, Vec<i64>, usize)>,
     Ok(out)
 }
 
-fn capture_json(c: &Capture, full: &FullCaptures) -> Value {
+fn capture_json(c: &Capture, full: &FullCaptures, sampling: Sampling) -> Value {
     let n: usize = c.shape.iter().product();
-    let is_int = matches!(c.values, CaptureValues::I64(_));
     // `input_ids` is always whole: a replay takes each regime's tokens from it.
-    let stride = stride_for(n, is_int, c.name == "input_ids" || full.contains(&c.name));
+    let stride = sampling.stride(c, c.name == "input_ids" || full.contains(&c.name));
     let (ck, data): (f64, Vec<Value>) = match &c.values {
         CaptureValues::F32(v) => (
             v.iter()
@@ -318,7 +368,14 @@ pub fn write_golden(
             .map(|(name, ids, _)| (name, super::reference::RegimeTokens::Given(ids)))
             .collect(),
     };
-    write_regimes(&mut out, reference, backend, full, &mut |_| {})?;
+    write_regimes(
+        &mut out,
+        reference,
+        backend,
+        full,
+        Sampling::Atlas,
+        &mut |_| {},
+    )?;
     out.push('}');
     Ok(out)
 }
@@ -331,6 +388,7 @@ fn write_regimes(
     reference: super::reference::TokensReference,
     backend: &mut dyn Backend,
     full: &FullCaptures,
+    sampling: Sampling,
     each: &mut dyn FnMut(&super::StepOutcome),
 ) -> Result<(), SessionError> {
     let mut stepper = super::Stepper::new(
@@ -361,7 +419,7 @@ fn write_regimes(
             first = false;
             write_py_str(out, &c.name);
             out.push(':');
-            write_py_json(out, &capture_json(&c, full));
+            write_py_json(out, &capture_json(&c, full, sampling));
         }
         each(&o);
     }
@@ -678,7 +736,14 @@ pub fn write_gguf_golden(
     out.push_str("{\"fixture\":");
     write_py_json(&mut out, &Value::Object(fixture));
     out.push_str(",\"weights_meta\":{}");
-    write_regimes(&mut out, reference, backend, full, each)?;
+    write_regimes(
+        &mut out,
+        reference,
+        backend,
+        full,
+        Sampling::PerLastAxis,
+        each,
+    )?;
     out.push('}');
     Ok(out)
 }
@@ -714,6 +779,31 @@ mod tests {
         assert_eq!(stride_for(144, true, false), 3);
         assert_eq!(stride_for(12, false, false), 1);
         assert_eq!(stride_for(3072, false, true), 1);
+    }
+
+    #[test]
+    fn gguf_strides_sample_every_element_of_the_last_axis() {
+        // sa_q at real dims, prefill 8: 8 x 64 heads x 512 dims.
+        let shape = [1, 8, 64, 512];
+        let stride = gguf_stride_for(&shape, false, false);
+        assert_eq!(stride, 509);
+        let n: usize = shape.iter().product();
+        let dims: std::collections::HashSet<usize> =
+            (0..n).step_by(stride).map(|i| i % 512).collect();
+        assert_eq!(dims.len(), 512, "every head dim, RoPE's last 64 included");
+        // The generator's rule reaches none of the RoPE dims (448..512) of this capture.
+        let atlas = stride_for(n, false, false);
+        assert!((0..n).step_by(atlas).all(|i| i % 512 < 448));
+        // The stream (hc 4 x dim 5120 per token): every channel.
+        assert_eq!(gguf_stride_for(&[1, 8, 4, 5120], false, false), 31);
+        // A prime that divides the last axis is skipped (2 would sample only even elements):
+        // 39 values in rows of 3 keep every other row; rows of 6 with no coprime prime stay whole.
+        assert_eq!(gguf_stride_for(&[13, 3], false, false), 2);
+        assert_eq!(gguf_stride_for(&[8, 6], false, false), 1);
+        // Small captures and full ones are whole; integers keep their larger cap.
+        assert_eq!(gguf_stride_for(&[64], true, false), 1);
+        assert_eq!(gguf_stride_for(&[1, 8, 4], false, false), 1);
+        assert_eq!(gguf_stride_for(&shape, false, true), 1);
     }
 
     #[test]

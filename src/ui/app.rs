@@ -132,6 +132,9 @@ impl GoldenLensApp {
             prompt_run: None,
             preparing: false,
             dump: None,
+            step_log: Vec::new(),
+            run_serial: 0,
+            workbench: Default::default(),
         };
         let mut app = GoldenLensApp {
             state,
@@ -159,6 +162,9 @@ impl GoldenLensApp {
         }
         if options.prompt_on_start.is_some() {
             app.handle(UiCommand::RunPrompt);
+        }
+        if let Some(dir) = &options.shaders_dir {
+            app.handle(UiCommand::WatchShaders(dir.clone()));
         }
         app
     }
@@ -469,6 +475,7 @@ impl GoldenLensApp {
             self.ctx = Some(ui.ctx().clone());
         }
         self.poll();
+        self.poll_shaders();
         let ctx = ui.ctx().clone();
         files::dropped_files_ui(&ctx, &self.sender);
         self.keys(&ctx);
@@ -477,9 +484,13 @@ impl GoldenLensApp {
             .clamp(theme::LIST_MIN_WIDTH_PT, theme::LIST_MAX_DEFAULT_WIDTH_PT);
         let tx = &self.sender;
         let state = &self.state;
+        let workbench = self.has_workbench();
         egui::Panel::top("toolbar").show(ui, |ui| {
             panels::toolbar::toolbar_ui(ui, state, tx);
             panels::run_controls::run_controls_ui(ui, state, tx);
+            if workbench {
+                panels::workbench::workbench_ui(ui, state, tx);
+            }
             panels::banners::banners_ui(ui, state, tx);
         });
         egui::Panel::left("captures")
@@ -500,6 +511,9 @@ impl GoldenLensApp {
         panels::selftest::selftest_ui(ui, state, tx);
         panels::localize::localize_ui(ui, state, tx);
         panels::determinism::determinism_ui(ui, state, tx);
+        panels::workbench::recheck_window_ui(ui, state, tx);
+        #[cfg(feature = "gpu")]
+        panels::profile::profile_window_ui(ui, state, tx);
 
         while let Ok(cmd) = self.commands.try_recv() {
             self.handle(cmd);

@@ -330,6 +330,24 @@ pub enum UiCommand {
     UseGoldenWeights,
     /// Switch between the dark and the light theme.
     SetTheme(ThemeChoice),
+    /// Watch this shader directory (kernel workbench): every save that validates re-checks
+    /// the run from the first step using a changed kernel.
+    WatchShaders(PathBuf),
+    /// The text of the workbench's shader directory field.
+    SetShadersField(String),
+    /// Show or hide a workbench window.
+    SetWorkbenchWindow { window: WorkbenchWindow, open: bool },
+    /// The step the Profile window narrows to (None: every step).
+    SetProfileStep(Option<String>),
+}
+
+/// The kernel workbench's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkbenchWindow {
+    /// The last re-check's verdict changes.
+    Recheck,
+    /// Per-kernel GPU times.
+    Profile,
 }
 
 /// What panels send commands through (Rerun's `UICommandSender`): they never get the app.

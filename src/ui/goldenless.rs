@@ -54,6 +54,16 @@ pub struct PromptForm {
 }
 
 /// A golden-less run ready to start: the GGUF, the prompt's ids and pieces, and the model.
+/// The GGUF's tokenizer, shared by the prepared run (the decode text's pieces).
+#[derive(Clone)]
+pub struct SharedTokenizer(pub Arc<GgufTokenizer>);
+
+impl std::fmt::Debug for SharedTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GgufTokenizer({} tokens)", self.0.vocab_size())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct PreparedRun {
     pub gguf: PathBuf,
@@ -68,6 +78,8 @@ pub struct PreparedRun {
     pub describe: String,
     /// What the tokenizer assumed, or why there are no pieces.
     pub notes: Vec<String>,
+    /// The GGUF's vocabulary, when it has a usable one.
+    pub tokenizer: Option<SharedTokenizer>,
 }
 
 impl PreparedRun {
@@ -83,6 +95,31 @@ impl PreparedRun {
             })
             .collect();
         format!("{} tokens: {}", self.ids.len(), items.join(" · "))
+    }
+
+    /// `Greedy decode: 2 tokens: 17 'x' · 42 'y'; text "xy"`: the oracle's greedy next token
+    /// after each regime (the label tests read).
+    pub fn decode_line(&self, greedy: &[i64]) -> String {
+        let tok = self.tokenizer.as_ref().map(|t| &t.0);
+        let items: Vec<String> = greedy
+            .iter()
+            .map(
+                |&id| match tok.and_then(|t| u32::try_from(id).ok().and_then(|i| t.piece(i))) {
+                    Some(p) => format!("{id} '{p}'"),
+                    None => id.to_string(),
+                },
+            )
+            .collect();
+        let mut line = format!(
+            "Greedy decode: {} tokens: {}",
+            greedy.len(),
+            items.join(" · ")
+        );
+        let ids: Option<Vec<u32>> = greedy.iter().map(|&i| u32::try_from(i).ok()).collect();
+        if let Some(text) = tok.zip(ids).and_then(|(t, ids)| t.detokenize(&ids).ok()) {
+            line.push_str(&format!("; text {text:?}"));
+        }
+        line
     }
 
     /// The run's label (the reference's, shown in the toolbar).
@@ -175,12 +212,15 @@ pub fn prepare(gguf: &Path, form: &PromptForm) -> anyhow::Result<PreparedRun> {
         };
         (ids, pieces)
     } else {
-        let t = tokenizer.with_context(|| {
-            format!(
-                "{}: the prompt needs the GGUF's vocabulary (or give token ids)",
-                gguf.display()
-            )
-        })?;
+        let t = tokenizer
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e:#}"))
+            .with_context(|| {
+                format!(
+                    "{}: the prompt needs the GGUF's vocabulary (or give token ids)",
+                    gguf.display()
+                )
+            })?;
         notes.extend(t.notes.iter().cloned());
         let tok = t
             .tokenize(&form.text)
@@ -206,6 +246,7 @@ pub fn prepare(gguf: &Path, form: &PromptForm) -> anyhow::Result<PreparedRun> {
         describe: model.describe(),
         cfg: model.cfg,
         notes,
+        tokenizer: tokenizer.ok().map(|t| SharedTokenizer(Arc::new(t))),
     })
 }
 

@@ -2,14 +2,18 @@
 //! background work's results (session events, file jobs) are folded into the state each frame.
 
 use super::app::GoldenLensApp;
-use super::commands::{FileKind, JobKind, Region, UiCommand, UiCommandSender, ViewFamily};
+use super::commands::{
+    FileKind, JobKind, Region, UiCommand, UiCommandSender, ViewFamily, WorkbenchWindow,
+};
 use super::files::{self, FileJob, LoadedGolden};
 use super::goldenless::PreparedRun;
 use super::panels;
 use super::panels::capture_list;
 use super::state::*;
 use super::theme::{self};
+use crate::model::Step;
 use crate::session::controller::{BackendFactory, Controller, Event, Progress, Request};
+use crate::session::reference::greedy_next_token;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -306,6 +310,16 @@ impl GoldenLensApp {
                     theme::apply(ctx, t);
                 }
             }
+            UiCommand::WatchShaders(dir) => self.watch_shaders(dir),
+            UiCommand::SetShadersField(text) => s.workbench.field = text,
+            UiCommand::SetWorkbenchWindow { window, open } => match window {
+                WorkbenchWindow::Recheck => s.workbench.diff_open = open,
+                WorkbenchWindow::Profile => {
+                    s.workbench.profile_open = open;
+                    self.refresh_profile();
+                }
+            },
+            UiCommand::SetProfileStep(step) => s.workbench.profile_step = step,
         }
     }
 
@@ -335,6 +349,8 @@ impl GoldenLensApp {
         s.selected = None;
         s.progress = Progress::default();
         s.run_clock = RunClock::default();
+        s.step_log.clear();
+        s.workbench.recheck = None;
         self.caches.clear();
         // A localisation of the previous golden no longer applies; one in flight is dropped.
         s.localize.generation += 1;
@@ -435,10 +451,33 @@ impl GoldenLensApp {
                 Event::Backends(b) => s.backends = b,
                 Event::StepDone {
                     regime,
+                    step,
                     results,
                     other_violations,
-                    ..
+                    seconds,
                 } => {
+                    // The greedy next token of a golden-less regime, from the oracle's logits.
+                    let greedy = (s.prompt_run.is_some() && step == Step::Final)
+                        .then(|| results.iter().find(|r| r.name == "logits_full"))
+                        .flatten()
+                        .and_then(|r| r.capture_of(0))
+                        .and_then(|c| greedy_next_token(std::slice::from_ref(&c)));
+                    s.step_log.push(StepMark {
+                        regime: regime.clone(),
+                        step,
+                        run: s.run_serial,
+                        seconds,
+                        greedy,
+                        results_start: s.results.len(),
+                        violations_start: s.other_violations.len(),
+                        missing_start: s.missing.len(),
+                        not_isolated_start: s.not_isolated.len(),
+                    });
+                    if let Some(rc) = &mut s.workbench.recheck {
+                        if rc.resumed.is_some() {
+                            rc.diff.add(&results);
+                        }
+                    }
                     s.results.extend(results);
                     s.other_violations.extend(
                         other_violations
@@ -463,18 +502,29 @@ impl GoldenLensApp {
                         s.run_clock.started = Some(Instant::now());
                         s.run_clock.steps_at_start = p.steps_done;
                     }
-                    if !p.busy {
+                    let idle = !p.busy;
+                    if idle {
                         if let Some(t) = s.run_clock.started.take() {
                             s.run_clock.last_secs = Some(t.elapsed().as_secs_f64());
                         }
                     }
                     s.progress = p;
+                    if idle {
+                        self.refresh_profile();
+                    }
                 }
+                Event::Rerun {
+                    kept_steps,
+                    regime,
+                    step,
+                } => self.rerun_started(kept_steps, regime, step),
                 Event::Cleared => {
                     s.results.clear();
                     s.missing.clear();
                     s.not_isolated.clear();
                     s.other_violations.clear();
+                    s.step_log.clear();
+                    s.workbench.recheck = None;
                     s.selected = None;
                     self.caches.clear();
                 }

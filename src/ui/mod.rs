@@ -12,6 +12,7 @@ pub mod panels;
 pub mod state;
 pub mod theme;
 pub mod views;
+pub mod workbench;
 
 pub use app::{AppOptions, AppState, GoldenLensApp, GpuStatus};
 pub use commands::{DetailView, FileKind, UiCommand, UiCommandSender};

@@ -9,6 +9,7 @@ use super::panels;
 use super::theme::ThemeChoice;
 use super::views::{ModelDims, ViewSettings};
 use crate::golden::Golden;
+use crate::model::Step;
 use crate::session::controller::{BoxedBackend, CaptureResult, Progress, TriageTotals};
 use crate::session::invariants::Violation;
 use crate::session::{Mode, SessionError};
@@ -62,7 +63,8 @@ pub struct AppOptions {
     pub gpu: GpuStatus,
     /// Run every regime as soon as a golden is loaded (the app's default).
     pub run_on_start: bool,
-    /// Show the measured frame time (off in snapshot tests, where it would differ per run).
+    /// Show the measured frame time and step times (off in snapshot tests, where they would
+    /// differ per run).
     pub show_frame_time: bool,
     /// Select this capture (`regime/name`) as soon as it has run.
     pub select_on_start: Option<String>,
@@ -83,6 +85,13 @@ pub struct AppOptions {
     pub prompt_on_start: Option<PromptForm>,
     /// Replay this dump as the test side from the start (`gui --captures`).
     pub captures: Option<PathBuf>,
+    /// Watch this shader directory from the start (`gui --shaders DIR`): a save re-checks the
+    /// run live (needs [`AppOptions::workbench`]).
+    pub shaders_dir: Option<PathBuf>,
+    /// The kernel workbench shared with the GPU backends `backends` builds (they must be put on
+    /// it with `Workbench::attach`); None: no live re-check or Profile view.
+    #[cfg(feature = "gpu")]
+    pub workbench: Option<Arc<crate::session::rerun::Workbench>>,
 }
 
 impl AppOptions {
@@ -106,6 +115,9 @@ impl AppOptions {
             tokens_backends: super::goldenless::oracle_maker(),
             prompt_on_start: None,
             captures: None,
+            shaders_dir: None,
+            #[cfg(feature = "gpu")]
+            workbench: None,
         }
     }
 }
@@ -163,6 +175,24 @@ impl RunClock {
         let per_step = self.elapsed_secs()? / done as f64;
         Some(per_step * p.steps_total.saturating_sub(p.steps_done) as f64)
     }
+}
+
+/// One step the worker reported: which run produced it, how long each backend took, and where
+/// its entries begin in the app's lists (a re-check truncates them there).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepMark {
+    pub regime: String,
+    pub step: Step,
+    /// The run that produced it: 0 for the session's run, then one more per re-check.
+    pub run: u64,
+    /// Wall seconds per backend, in backend order.
+    pub seconds: Vec<f64>,
+    /// In a golden-less run, after a regime's `Final`: the oracle's greedy next token.
+    pub greedy: Option<i64>,
+    pub results_start: usize,
+    pub violations_start: usize,
+    pub missing_start: usize,
+    pub not_isolated_start: usize,
 }
 
 /// The self-test window's state.
@@ -238,6 +268,12 @@ pub struct AppState {
     pub preparing: bool,
     /// The dump replayed as the test side, if one was opened.
     pub dump: Option<super::imported::OpenedDump>,
+    /// Every step reported since the session (re)started, in run order.
+    pub step_log: Vec<StepMark>,
+    /// The current run's serial (see [`StepMark::run`]).
+    pub run_serial: u64,
+    /// The kernel workbench (watched shaders, re-checks, the GPU profile).
+    pub workbench: super::workbench::WorkbenchState,
 }
 
 impl AppState {
@@ -292,6 +328,54 @@ impl AppState {
             Some(p) => format!("Weights: GGUF {}", p.display()),
             None => "Weights: the golden's filler".to_string(),
         }
+    }
+    /// The oracle's greedy next token after each regime so far (golden-less runs).
+    pub fn greedy_tokens(&self) -> Vec<i64> {
+        self.step_log.iter().filter_map(|m| m.greedy).collect()
+    }
+    /// Seconds per backend summed over the steps reported so far, with the backend's name.
+    pub fn step_seconds_by_backend(&self) -> Vec<(String, f64)> {
+        let mut sums = vec![0.0; self.backends.len()];
+        for m in &self.step_log {
+            for (sum, s) in sums.iter_mut().zip(&m.seconds) {
+                *sum += s;
+            }
+        }
+        self.backends.iter().cloned().zip(sums).collect()
+    }
+    /// The run panel's timing line: seconds per backend over the steps so far, the slowest
+    /// step and the last one (tests read it).
+    pub fn step_seconds_line(&self) -> Option<String> {
+        let last = self.step_log.last()?;
+        let per = |m: &StepMark| {
+            self.backends
+                .iter()
+                .zip(&m.seconds)
+                .map(|(b, s)| format!("{b} {s:.3} s"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let total = |m: &StepMark| -> f64 { m.seconds.iter().sum() };
+        let slowest = self
+            .step_log
+            .iter()
+            .max_by(|a, b| total(a).total_cmp(&total(b)))?;
+        let sums = self
+            .step_seconds_by_backend()
+            .iter()
+            .map(|(b, s)| format!("{b} {s:.3} s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(format!(
+            "Step time over {} steps: {sums}; slowest {} {} ({}); last {} {} ({})",
+            self.step_log.len(),
+            slowest.regime,
+            slowest.step,
+            per(slowest),
+            last.regime,
+            last.step,
+            per(last)
+        ))
     }
     /// Mean and max duration of the recent frames, in seconds.
     pub fn frame_time_secs(&self) -> Option<(f64, f64)> {

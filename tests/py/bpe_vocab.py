@@ -4,6 +4,10 @@
 usage:
   bpe_vocab.py train OUT_DIR      writes OUT_DIR/vocab.json: {"tokens": [...], "merges": [...],
                                   "token_type": [...]} (ids in order; control tokens first)
+  bpe_vocab.py train-small OUT_DIR SIZE
+                                  the same for a vocabulary of at most SIZE entries trained on a
+                                  small lowercase corpus, its alphabet only the corpus's own bytes
+                                  (so it fits a tiny model's embedding rows)
   bpe_vocab.py encode GGUF PROMPTS.json OUT.json
                                   reads the tokenizer.ggml.* keys of GGUF with gguf-py, builds a
                                   byte-level BPE with `tokenizers` from them and writes the ids
@@ -25,20 +29,28 @@ CORPUS = [
     "numbers 0 1 2 3 42 1234567 3.14159 -7e-3, punctuation!? (yes) [no] {maybe}",
 ]
 
+SMALL_CORPUS = [
+    "the lens shows the kernel where the oracle leaves the reference",
+    "a kernel developer reads the lens to see where the route flips",
+    "the oracle and the kernel see the same tokens",
+]
 
-def train(out_dir: str) -> None:
+
+def train(out_dir: str, vocab_size: int = 600, corpus=None) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # The full byte alphabet for the main vocabulary; the corpus's own bytes for a small one.
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if corpus is None else []
     trainer = trainers.BpeTrainer(
-        vocab_size=600,
+        vocab_size=vocab_size,
         min_frequency=1,
         special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.train_from_iterator(CORPUS if corpus is None else corpus, trainer=trainer)
     model = json.loads(tok.to_str())["model"]
     vocab = model["vocab"]
     tokens = [None] * len(vocab)
@@ -88,6 +100,8 @@ def encode(gguf_path: str, prompts_path: str, out_path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "train":
         train(sys.argv[2])
+    elif sys.argv[1] == "train-small":
+        train(sys.argv[2], int(sys.argv[3]), SMALL_CORPUS)
     elif sys.argv[1] == "encode":
         encode(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

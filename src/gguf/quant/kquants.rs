@@ -34,7 +34,7 @@ pub fn dequantize_q2_k_block(block: &[u8], out: &mut [f32]) {
 }
 
 /// The sixteen 6-bit Q3_K scales (already offset by −32).
-pub(super) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (i, o) in out.iter_mut().enumerate() {
         let low = if i < 8 { s[i] & 0x0f } else { s[i - 8] >> 4 };

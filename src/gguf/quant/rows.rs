@@ -511,7 +511,7 @@ pub fn round_to_bf16_in_place(v: &mut [f32]) {
 
 /// One value of [`round_to_bf16_in_place`], branch-free (the same rule as `num::bf16_bits`).
 #[inline(always)]
-fn round_bf16_one(x: f32) -> f32 {
+pub(crate) fn round_bf16_one(x: f32) -> f32 {
     let bits = x.to_bits();
     let nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
     let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;

@@ -1,7 +1,9 @@
 //! The oracle's GEMM, `y[m, n] = x[m, k] · w[n, k]^T`: cache-blocked, SIMD microkernels chosen at
 //! run time (AVX-512, AVX2 + FMA, NEON, or portable Rust), rayon over blocks of outputs, and
-//! weights either as f32 values or as the file's own blocks ([`StoredMatrix`], decoded one
-//! chunk at a time into a small tile, never into a whole f32 copy).
+//! weights either as f32 values or as the file's own blocks ([`StoredMatrix`], never a whole f32
+//! copy of the matrix: a panel's rows are decoded into a small buffer, and the expert types
+//! Q2_K, Q3_K, Q4_K, IQ2_XXS and MXFP4 go chunk by chunk through per-group lookup tables,
+//! looked up in registers right before the FMAs on AVX-512; see `lut`).
 //!
 //! # The reduction order
 //!
@@ -22,12 +24,15 @@
 //! a bit. `tests/oracle_kernels.rs` runs the tiny goldens through every supported path and 1, 2
 //! and 16 threads and requires identical reports.
 
+mod lut;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod path;
 pub mod roofline;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_lut;
 
 pub use path::{
     active_path, best_path, kernel_path_note, set_kernel_path, supported_paths, KernelPath,
@@ -225,6 +230,11 @@ impl Job<'_> {
         let (m, k, k4) = (self.m, self.k, self.k4);
         let o0 = b * NB;
         let width = NB.min(self.n - o0);
+        if let WeightRows::Stored(sm) = self.w {
+            if let Some(kind) = lut::LutKind::of(sm.ggml_type()) {
+                return self.block_lut(b, sm, kind);
+            }
+        }
         let mut out = vec![0f32; m * width];
         let mut wp = vec![0f64; KC / 4 * PANEL_STEP];
         // BF16 blocks widen straight from the file's bytes where the path has kernels for
@@ -303,23 +313,101 @@ impl Job<'_> {
                         );
                     }
                 }
-                // Lanes summed in the fixed tree, then the tail, then the rounding.
-                for q in 0..live {
-                    let oo = p * NR + q;
-                    for r in 0..n_rows {
-                        let l = &lanes[r * PANEL_STEP + 4 * q..][..4];
-                        let mut tail = 0f64;
-                        if let Panel::F32(rows) = &rows {
-                            let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
-                            for (a, b) in xr.iter().zip(&rows[q][k4..]) {
-                                tail += f64::from(*a) * f64::from(*b);
-                            }
+                self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |r, q| {
+                    let mut tail = 0f64;
+                    if let Panel::F32(rows) = &rows {
+                        let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
+                        for (a, b) in xr.iter().zip(&rows[q][k4..]) {
+                            tail += f64::from(*a) * f64::from(*b);
                         }
-                        let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail) as f32;
-                        out[(mc0 + r) * width + oo] =
-                            if self.round_bf16 { bf16_round(v) } else { v };
+                    }
+                    tail
+                });
+            }
+        }
+        out
+    }
+
+    /// Lanes summed in the fixed tree, then the tail (`tail(r, q)` of input row `mc0 + r` and
+    /// panel row `q`), then the rounding: outputs `p·NR + q` (`q < live`) of input rows
+    /// `mc0..mc0 + n_rows` into the task's block `out` (`width` outputs a row).
+    fn finish(
+        &self,
+        lanes: &[f64],
+        (mc0, n_rows): (usize, usize),
+        (p, live): (usize, usize),
+        width: usize,
+        out: &mut [f32],
+        tail: impl Fn(usize, usize) -> f64,
+    ) {
+        for q in 0..live {
+            let oo = p * NR + q;
+            for r in 0..n_rows {
+                let l = &lanes[r * PANEL_STEP + 4 * q..][..4];
+                let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail(r, q)) as f32;
+                out[(mc0 + r) * width + oo] = if self.round_bf16 { bf16_round(v) } else { v };
+            }
+        }
+    }
+
+    /// [`Job::block`] for a matrix of table-decoded blocks ([`lut`]): chunk by chunk, the
+    /// panel's codes and tables, then on AVX-512 with at most `MR` input rows the fused
+    /// kernel (weights looked up in registers), else the packed panel and the microkernel. A
+    /// whole number of blocks makes `k` whole steps: no tail.
+    fn block_lut(&self, b: usize, sm: &StoredMatrix<'_>, kind: lut::LutKind) -> Vec<f32> {
+        let (m, k) = (self.m, self.k);
+        assert_eq!(self.k4, k, "stored blocks make whole steps");
+        let o0 = b * NB;
+        let width = NB.min(self.n - o0);
+        let mut out = vec![0f32; m * width];
+        let mut tile = lut::LutTile::new(kind, sm.rounds_to_bf16());
+        let fused = cfg!(target_arch = "x86_64") && self.path == KernelPath::Avx512 && m <= MR;
+        let mut wp = if fused {
+            Vec::new()
+        } else {
+            vec![0f64; KC / 4 * PANEL_STEP]
+        };
+        let mut lanes = vec![0f64; MC.min(m) * PANEL_STEP];
+        for p in 0..width.div_ceil(NR) {
+            let first = o0 + p * NR;
+            let live = NR.min(self.n - first);
+            for mc0 in (0..m).step_by(MC) {
+                let n_rows = MC.min(m - mc0);
+                let lanes = &mut lanes[..n_rows * PANEL_STEP];
+                lanes.fill(0.0);
+                for kc0 in (0..k).step_by(KC) {
+                    let kcl = KC.min(k - kc0);
+                    let steps = kcl / 4;
+                    tile.prepare(sm, (self.row0 + first, live), (kc0, kcl));
+                    #[cfg(target_arch = "x86_64")]
+                    if fused {
+                        // m <= MR: the one block of rows, from row 0.
+                        x86_lut::fused_rows(
+                            &tile,
+                            n_rows,
+                            (&self.xp[kc0 * m..], kcl),
+                            steps,
+                            lanes,
+                        );
+                        continue;
+                    }
+                    let wp = &mut wp[..steps * PANEL_STEP];
+                    tile.expand(self.path, wp, steps);
+                    for r0 in (0..n_rows).step_by(MR) {
+                        let mr = MR.min(n_rows - r0);
+                        let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
+                        microkernel(
+                            self.path,
+                            mr,
+                            xs,
+                            kcl,
+                            wp,
+                            steps,
+                            &mut lanes[r0 * PANEL_STEP..],
+                        );
                     }
                 }
+                self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |_, _| 0.0);
             }
         }
         out

@@ -7,18 +7,28 @@ use super::KernelPath;
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// CPU time of every thread of this process so far, in ns (Linux `/proc/self/task/*/schedstat`),
-/// or `None` where the kernel does not report it.
+/// CPU time of every thread of this process so far, in ns (`CLOCK_PROCESS_CPUTIME_ID`, which
+/// counts running threads up to the moment of the call, unlike `/proc/self/task/*/schedstat`,
+/// which a running thread reaches only at scheduler events and so under-counts short runs), or
+/// `None` where the clock is unavailable.
 pub fn process_cpu_ns() -> Option<u64> {
-    let mut total = 0u64;
-    for entry in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = entry.ok()?.path().join("schedstat");
-        // A thread that exited between the listing and the read has no file: skip it.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        if rc != 0 {
+            return None;
         }
+        let secs = u64::try_from(ts.tv_sec).ok()?;
+        let nanos = u64::try_from(ts.tv_nsec).ok()?;
+        secs.checked_mul(1_000_000_000)?.checked_add(nanos)
     }
-    Some(total)
+    #[cfg(not(unix))]
+    None
 }
 
 /// Seconds a run took on the CPUs it used: the process's CPU time divided by the threads that
@@ -31,9 +41,9 @@ pub fn compute_seconds(busy_threads: usize, f: impl FnOnce()) -> f64 {
     f();
     let wall = t0.elapsed().as_secs_f64();
     match (c0, process_cpu_ns()) {
-        (Some(a), Some(b)) => {
-            wall.min((b.saturating_sub(a)) as f64 * 1e-9 / busy_threads.max(1) as f64)
-        }
+        // A clock that did not move means a run too short for it (a running thread's time
+        // reaches schedstat at scheduler events): the wall time then.
+        (Some(a), Some(b)) if b > a => wall.min((b - a) as f64 * 1e-9 / busy_threads.max(1) as f64),
         _ => wall,
     }
 }

@@ -5,7 +5,7 @@
 use super::{audit_key, is_index_capture, Stepper};
 use crate::golden::compare::compare_full;
 use crate::golden::names::{capture_kind, parse_capture_name};
-use crate::golden::policy::{policy_against, Against};
+use crate::golden::policy::{policy_against_at, Against, PolicyDims};
 use crate::model::{Capture, CaptureValues, Step};
 use crate::session::invariants::{check_step, Violation};
 use crate::session::localize::is_input_capture;
@@ -126,6 +126,12 @@ impl Stepper<'_> {
             }
         }
         let against_reference = Against::reference(self.opts.strict);
+        // The f32-chain bars scale with the model's reduction lengths (Atlas dims when the
+        // config is unknown).
+        let dims = self
+            .cfg
+            .as_ref()
+            .map_or(PolicyDims::ATLAS, |c| PolicyDims::new(c.hc_mult, c.dim));
         let regime_name = self.reference.regime_name(self.regime);
         let mut results = Vec::new();
         for name in names.into_iter().filter(|n| wanted(n)) {
@@ -142,7 +148,7 @@ impl Stepper<'_> {
                 }
                 let is_int =
                     expected.map_or(matches!(c.values, CaptureValues::I64(_)), |e| e.is_int());
-                let policy = policy_against(against_reference, name, is_int);
+                let policy = policy_against_at(against_reference, name, is_int, dims);
                 let vs_golden = expected.map(|e| e.compare(c, &policy));
                 let budget = match (&self.cfg, &expected, &vs_golden) {
                     (Some(cfg), Some(e), Some(cmp)) => Some(BudgetCheck::new(cfg, name, e, cmp)),
@@ -166,7 +172,7 @@ impl Stepper<'_> {
                 if bi > 0 {
                     if let Some(&r) = by_name[0].get(name) {
                         let r_int = matches!(r.values, CaptureValues::I64(_));
-                        let p = policy_against(Against::Backend, name, r_int);
+                        let p = policy_against_at(Against::Backend, name, r_int, dims);
                         let cmp =
                             compare_full((&c.values).into(), (&r.values).into(), &r.shape, &p);
                         let own_dev = audit_key(name)

@@ -232,6 +232,18 @@ impl<'a> Stepper<'a> {
         self.finished || self.regime >= self.reference.regime_count()
     }
 
+    /// The step [`Stepper::next_step`] runs next (before a regime begins: the first backend's
+    /// first step); None once the run is over.
+    pub fn peek_step(&self) -> Option<Step> {
+        if self.finished() {
+            None
+        } else if self.begun {
+            self.steps.get(self.step_index).copied()
+        } else {
+            self.backends.first()?.steps().first().copied()
+        }
+    }
+
     /// Steps in the whole run, from the graph's step sequence (the first backend's, once a regime
     /// has begun); None when the config is unknown before the first step.
     pub fn steps_total(&self) -> Option<usize> {

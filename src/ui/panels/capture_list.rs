@@ -362,6 +362,14 @@ fn capture_row_ui(
         for mark in marks(r) {
             ui.colored_label(palette.fail_text, mark);
         }
+        if let Some(t) = state
+            .workbench
+            .recheck
+            .as_ref()
+            .and_then(|rc| rc.diff.transition_of(&full))
+        {
+            super::workbench::transition_chip_ui(ui, palette, t);
+        }
     });
 }
 

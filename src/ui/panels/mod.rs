@@ -11,6 +11,9 @@ pub mod determinism;
 pub mod localize;
 pub mod metrics;
 pub mod overview;
+#[cfg(feature = "gpu")]
+pub mod profile;
 pub mod run_controls;
 pub mod selftest;
 pub mod toolbar;
+pub mod workbench;

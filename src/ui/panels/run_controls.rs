@@ -255,6 +255,12 @@ pub fn run_controls_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSe
                  attends), checked on each backend's own captures",
             );
         }
+        if let Some(line) = state
+            .step_seconds_line()
+            .filter(|_| state.options.show_frame_time)
+        {
+            ui.weak(line);
+        }
         if let Some((mean, max)) = state
             .frame_time_secs()
             .filter(|_| state.options.show_frame_time)

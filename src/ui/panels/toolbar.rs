@@ -140,6 +140,12 @@ fn prompt_row_ui(ui: &mut egui::Ui, state: &AppState, tx: &dyn UiCommandSender) 
         ui.horizontal_wrapped(|ui| {
             ui.label(format!("Prompt ids: {}", run.ids_line()));
         });
+        let greedy = state.greedy_tokens();
+        if !greedy.is_empty() {
+            ui.horizontal_wrapped(|ui| {
+                ui.label(run.decode_line(&greedy));
+            });
+        }
         for note in &run.notes {
             ui.weak(note.as_str());
         }

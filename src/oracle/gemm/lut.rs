@@ -1,0 +1,550 @@
+//! Quantized weights multiplied through per-group lookup tables, without an f32 copy.
+//!
+//! In the expert types of the real layouts (Q2_K, Q3_K, Q4_K, IQ2_XXS, MXFP4) every value of a
+//! group (16 or 32 values sharing their scales) is one of at most 16 numbers: the decoder's
+//! `d·sc·q − dmin·m` (or `db·level·sign`, `d·kvalue`) for each code `q`. A chunk of a panel's
+//! rows is therefore prepared as one code byte per value and, per group, the table of those
+//! numbers, computed with exactly the decoder's operations in its order, rounded to bf16 where
+//! the matrix rounds, and widened to f64. Looking a code up in its table gives the very f64 the
+//! dequantize-then-widen path gives, so the GEMM's products and their order, and with them the
+//! bits, are unchanged. On AVX-512 the lookup is one permute per eight weights, done in
+//! registers right before the FMA (`x86_lut`); elsewhere the tables fill the packed panel.
+
+use super::{KC, NR, PANEL_STEP};
+use crate::gguf::quant::rows::round_bf16_one;
+use crate::gguf::quant::{f16_at, iq2xxs, kquants, mxfp4, u32_at};
+use crate::gguf::GgmlType;
+use crate::model::stored::StoredMatrix;
+
+/// Steps (four columns each) in a chunk.
+pub(super) const STEPS: usize = KC / 4;
+/// Pairs of rows in a panel (one 512-bit register holds a pair's four lanes each).
+pub(super) const PAIRS: usize = NR / 2;
+/// Code bytes per pair and step: the first row's four, then the second's.
+const PAIR_CODES: usize = 8;
+
+/// A block family decoded through tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LutKind {
+    Q2K,
+    Q3K,
+    Q4K,
+    Iq2Xxs,
+    Mxfp4,
+}
+
+impl LutKind {
+    /// The kind of a GGML type, if it decodes through tables.
+    pub(super) fn of(ty: GgmlType) -> Option<LutKind> {
+        Some(match ty {
+            GgmlType::Q2K => LutKind::Q2K,
+            GgmlType::Q3K => LutKind::Q3K,
+            GgmlType::Q4K => LutKind::Q4K,
+            GgmlType::Iq2Xxs => LutKind::Iq2Xxs,
+            GgmlType::Mxfp4 => LutKind::Mxfp4,
+            _ => return None,
+        })
+    }
+
+    /// Entries per group table (a power of two).
+    pub(super) const fn entries(self) -> usize {
+        match self {
+            LutKind::Q2K => 4,
+            LutKind::Q3K | LutKind::Iq2Xxs => 8,
+            LutKind::Q4K | LutKind::Mxfp4 => 16,
+        }
+    }
+
+    /// Values per group (one table).
+    pub(super) const fn group(self) -> usize {
+        match self {
+            LutKind::Q2K | LutKind::Q3K => 16,
+            LutKind::Q4K | LutKind::Iq2Xxs | LutKind::Mxfp4 => 32,
+        }
+    }
+
+    /// `(values, bytes)` of one block.
+    const fn block(self) -> (usize, usize) {
+        match self {
+            LutKind::Q2K => (256, kquants::Q2_K_BLOCK_BYTES),
+            LutKind::Q3K => (256, kquants::Q3_K_BLOCK_BYTES),
+            LutKind::Q4K => (256, kquants::Q4_K_BLOCK_BYTES),
+            LutKind::Iq2Xxs => (256, iq2xxs::BLOCK_BYTES),
+            LutKind::Mxfp4 => (32, mxfp4::BLOCK_BYTES),
+        }
+    }
+
+    /// f64 table values per row of a chunk.
+    pub(super) const fn tab_stride(self) -> usize {
+        KC / self.group() * self.entries()
+    }
+}
+
+/// One chunk (at most `KC` columns) of a panel's `NR` rows, as codes and tables.
+pub(super) struct LutTile {
+    pub(super) kind: LutKind,
+    round_bf16: bool,
+    /// `codes[z][s][0..8]`: pair `z`'s codes at step `s`, row `2z` then row `2z + 1`; where a
+    /// table has at most 8 entries the second row's codes are offset by the table size, so
+    /// one permute over both rows' tables picks each lane's entry.
+    pub(super) codes: Vec<u8>,
+    /// `tabs[q][g][e]`: row `q`'s value for code `e` in group `g` of the chunk.
+    pub(super) tabs: Vec<f64>,
+}
+
+impl LutTile {
+    pub(super) fn new(kind: LutKind, round_bf16: bool) -> LutTile {
+        LutTile {
+            kind,
+            round_bf16,
+            codes: vec![0; PAIRS * STEPS * PAIR_CODES],
+            tabs: vec![0.0; NR * kind.tab_stride()],
+        }
+    }
+
+    /// Prepares columns `kc0..kc0 + kcl` of rows `row0..row0 + live` of `sm` (rows past `live`
+    /// get all-zero tables: zero weights).
+    pub(super) fn prepare(
+        &mut self,
+        sm: &StoredMatrix<'_>,
+        (row0, live): (usize, usize),
+        (kc0, kcl): (usize, usize),
+    ) {
+        assert!(live <= NR && kcl <= KC && kcl % self.kind.group() == 0);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::gguf::quant::rows::{simd_level, SimdLevel};
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+            unsafe fn wide(
+                t: &mut LutTile,
+                sm: &StoredMatrix<'_>,
+                r: (usize, usize),
+                c: (usize, usize),
+            ) {
+                t.prepare_body(sm, r, c)
+            }
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn narrow(
+                t: &mut LutTile,
+                sm: &StoredMatrix<'_>,
+                r: (usize, usize),
+                c: (usize, usize),
+            ) {
+                t.prepare_body(sm, r, c)
+            }
+            match simd_level() {
+                // SAFETY: the level says the CPU has every feature `wide` enables.
+                SimdLevel::Avx512 => return unsafe { wide(self, sm, (row0, live), (kc0, kcl)) },
+                // SAFETY: as above, for `narrow`'s features.
+                SimdLevel::Avx2 => return unsafe { narrow(self, sm, (row0, live), (kc0, kcl)) },
+                SimdLevel::Baseline => {}
+            }
+        }
+        self.prepare_body(sm, (row0, live), (kc0, kcl))
+    }
+
+    #[inline(always)]
+    fn prepare_body(&mut self, sm: &StoredMatrix<'_>, rows: (usize, usize), cols: (usize, usize)) {
+        if self.round_bf16 {
+            self.prepare_rows::<true>(sm, rows, cols)
+        } else {
+            self.prepare_rows::<false>(sm, rows, cols)
+        }
+    }
+
+    /// Pair by pair: each row's codes and f32 tables block by block, the tables rounded (with
+    /// `ROUND`) and widened, then the pair's codes interleaved step by step.
+    #[inline(always)]
+    fn prepare_rows<const ROUND: bool>(
+        &mut self,
+        sm: &StoredMatrix<'_>,
+        (row0, live): (usize, usize),
+        (kc0, kcl): (usize, usize),
+    ) {
+        let kind = self.kind;
+        let (bv, bb) = kind.block();
+        let stride = kind.tab_stride();
+        let offset = if kind.entries() <= 8 {
+            kind.entries() as u8
+        } else {
+            0
+        };
+        let n_tab = kcl / kind.group() * kind.entries();
+        let per_block = bv / kind.group() * kind.entries();
+        let mut codes = [[0u8; KC]; 2];
+        let mut tab = [0f32; KC];
+        for z in 0..PAIRS {
+            for (half, codes) in codes.iter_mut().enumerate() {
+                let q = 2 * z + half;
+                let tabs = &mut self.tabs[q * stride..(q + 1) * stride];
+                if q >= live {
+                    tabs.fill(0.0);
+                    codes.fill(0);
+                    continue;
+                }
+                let bytes = sm.blocks(row0 + q, kc0, kcl);
+                for (i, b) in bytes.chunks_exact(bb).enumerate() {
+                    let c = &mut codes[i * bv..(i + 1) * bv];
+                    let t = &mut tab[i * per_block..(i + 1) * per_block];
+                    match kind {
+                        LutKind::Q2K => q2_k(b, c, t),
+                        LutKind::Q3K => q3_k(b, c, t),
+                        LutKind::Q4K => q4_k(b, c, t),
+                        LutKind::Iq2Xxs => iq2_xxs(b, c, t),
+                        LutKind::Mxfp4 => mxfp4_block(b, c, t),
+                    }
+                }
+                for (d, &v) in tabs.iter_mut().zip(&tab[..n_tab]) {
+                    let v = if ROUND { round_bf16_one(v) } else { v };
+                    *d = f64::from(v);
+                }
+                if half == 1 && offset != 0 {
+                    codes[..kcl].iter_mut().for_each(|c| *c += offset);
+                }
+            }
+            let pair = &mut self.codes[z * STEPS * PAIR_CODES..(z + 1) * STEPS * PAIR_CODES];
+            interleave(&mut pair[..2 * kcl], &codes[0][..kcl], &codes[1][..kcl]);
+        }
+    }
+
+    /// The f64 weight of row `q` at chunk column `col` (the definition the kernels follow).
+    fn weight(&self, q: usize, col: usize) -> f64 {
+        let kind = self.kind;
+        let (z, half, s, j) = (q / 2, q % 2, col / 4, col % 4);
+        let code = self.codes[(z * STEPS + s) * PAIR_CODES + 4 * half + j];
+        let e = usize::from(code) & (kind.entries() - 1);
+        self.tabs[q * kind.tab_stride() + col / kind.group() * kind.entries() + e]
+    }
+
+    /// The packed panel of the prepared chunk: `wp[s][q][j]` for its `steps` steps.
+    pub(super) fn expand(&self, path: super::KernelPath, wp: &mut [f64], steps: usize) {
+        assert!(steps <= STEPS && wp.len() >= steps * PANEL_STEP);
+        #[cfg(target_arch = "x86_64")]
+        if path == super::KernelPath::Avx512 {
+            return super::x86_lut::expand(self, wp, steps);
+        }
+        let _ = path;
+        for s in 0..steps {
+            for q in 0..NR {
+                for j in 0..4 {
+                    wp[s * PANEL_STEP + 4 * q + j] = self.weight(q, 4 * s + j);
+                }
+            }
+        }
+    }
+
+    /// `lanes[r][q][j] += Σ_s x[r][4s + j] · w[q][4s + j]` over the prepared chunk, the
+    /// definition of the fused kernels (the portable path's tests compare against it).
+    #[cfg(test)]
+    pub(super) fn fma_reference(
+        &self,
+        mr: usize,
+        (x, x_stride): (&[f64], usize),
+        steps: usize,
+        lanes: &mut [f64],
+    ) {
+        for r in 0..mr {
+            for q in 0..NR {
+                for j in 0..4 {
+                    let acc = &mut lanes[r * PANEL_STEP + 4 * q + j];
+                    for s in 0..steps {
+                        *acc += x[r * x_stride + 4 * s + j] * self.weight(q, 4 * s + j);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst` = `a` and `b` interleaved four bytes at a time (`a[0..4], b[0..4], a[4..8], …`):
+/// sixty-four bytes of each per two permutes on AVX-512, the rest four at a time.
+fn interleave(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    assert!(a.len() == b.len() && dst.len() == 2 * a.len() && a.len() % 4 == 0);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::KernelPath::Avx512.is_supported() {
+        done = a.len() - a.len() % 64;
+        // SAFETY: AVX-512F was detected just above; the lengths were checked at the top.
+        unsafe { super::x86_lut::interleave64(&mut dst[..2 * done], &a[..done], &b[..done]) };
+    }
+    for ((d, x), y) in dst[2 * done..]
+        .chunks_exact_mut(8)
+        .zip(a[done..].chunks_exact(4))
+        .zip(b[done..].chunks_exact(4))
+    {
+        d[..4].copy_from_slice(x);
+        d[4..].copy_from_slice(y);
+    }
+}
+
+/// The codes' integers `first, first + 1, …` as f32, hidden from the optimiser: the tables must
+/// multiply by them at run time, as the decoders do (folding `x · 1` or `x · −1` would change
+/// a NaN's sign or payload).
+#[inline(always)]
+fn code_values<const N: usize>(first: i8) -> [f32; N] {
+    std::hint::black_box(std::array::from_fn(|i| f32::from(first + i as i8)))
+}
+
+/// Q2_K (see `kquants::dequantize_q2_k_block`): 16 groups of 16, table `dl·q − ml`, q < 4.
+#[inline(always)]
+fn q2_k(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
+    let scales = &b[0..16];
+    let qs = &b[16..80];
+    let d = f16_at(b, 80);
+    let dmin = f16_at(b, 82);
+    let levels = code_values::<4>(0);
+    for g in 0..16 {
+        let sc = scales[g];
+        let dl = d * f32::from(sc & 0x0f);
+        let ml = dmin * f32::from(sc >> 4);
+        for (t, &c) in tab[4 * g..4 * g + 4].iter_mut().zip(&levels) {
+            *t = dl * c - ml;
+        }
+    }
+    for h in 0..2 {
+        for s in 0..4 {
+            let dst = &mut codes[128 * h + 32 * s..128 * h + 32 * s + 32];
+            for (y, &q) in dst.iter_mut().zip(&qs[32 * h..32 * h + 32]) {
+                *y = (q >> (2 * s)) & 3;
+            }
+        }
+    }
+}
+
+/// Q3_K (see `kquants::dequantize_q3_k_block`): code `low | high << 2` stands for `code − 4`.
+#[inline(always)]
+fn q3_k(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
+    let hmask = &b[0..32];
+    let qs = &b[32..96];
+    let scales = kquants::q3_k_scales(&b[96..108]);
+    let d = f16_at(b, 108);
+    let levels = code_values::<8>(-4);
+    for (g, &sc) in scales.iter().enumerate() {
+        let dl = d * f32::from(sc);
+        for (t, &c) in tab[8 * g..8 * g + 8].iter_mut().zip(&levels) {
+            *t = dl * c;
+        }
+    }
+    for h in 0..2 {
+        for s in 0..4 {
+            let dst = &mut codes[128 * h + 32 * s..128 * h + 32 * s + 32];
+            for ((y, &q), &m) in dst.iter_mut().zip(&qs[32 * h..32 * h + 32]).zip(hmask) {
+                *y = ((q >> (2 * s)) & 3) | (((m >> (4 * h + s)) & 1) << 2);
+            }
+        }
+    }
+}
+
+/// Q4_K (see `kquants::dequantize_q4_k_block`): 8 groups of 32, table `d1·q − m1`, q < 16.
+#[inline(always)]
+fn q4_k(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    let levels = code_values::<16>(0);
+    for g in 0..8 {
+        let (sc, m) = kquants::scale_min_k4(g, scales);
+        let d1 = d * f32::from(sc);
+        let m1 = dmin * f32::from(m);
+        for (t, &c) in tab[16 * g..16 * g + 16].iter_mut().zip(&levels) {
+            *t = d1 * c - m1;
+        }
+        let (c, shift) = (g / 2, 4 * (g % 2));
+        for (y, &q) in codes[32 * g..32 * g + 32]
+            .iter_mut()
+            .zip(&qs[32 * c..32 * c + 32])
+        {
+            *y = (q >> shift) & 0x0f;
+        }
+    }
+}
+
+/// IQ2_XXS (see `iq2xxs::dequantize_block`): code `level | sign << 2`, value
+/// `±(db · level)` (level index 3 never occurs).
+#[inline(always)]
+fn iq2_xxs(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for group in 0..8 {
+        let base = 2 + 8 * group;
+        let aux = u32_at(b, base + 4);
+        let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
+        let t = &mut tab[8 * group..8 * group + 8];
+        for (lv, &level) in iq2xxs::GRID_LEVELS.iter().enumerate() {
+            // The decoders' `· ±1` compiles to a sign flip (a NaN's sign flips too).
+            t[lv] = db * level;
+            t[4 + lv] = -(db * level);
+        }
+        t[3] = 0.0;
+        t[7] = 0.0;
+        for l in 0..4 {
+            let grid = IQ2XXS_LEVEL_CODES[usize::from(b[base + l])];
+            let signs = IQ2XXS_SIGN_CODES[((aux >> (7 * l)) & 0x7f) as usize];
+            let at = 32 * group + 8 * l;
+            codes[at..at + 8].copy_from_slice(&(grid | signs).to_le_bytes());
+        }
+    }
+}
+
+/// IQ2_XXS grid entry -> its eight level indices, one byte each.
+static IQ2XXS_LEVEL_CODES: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            t[i] |= (((iq2xxs::GRID_2BIT[i] >> (2 * j)) & 3) as u64) << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// IQ2_XXS 7-bit sign code -> bit 2 of each of the eight bytes set where the value is
+/// negative (the eighth sign makes the count even, as `iq2xxs::sign_bits`).
+static IQ2XXS_SIGN_CODES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut c = 0;
+    while c < 128 {
+        let signs = if (c as u32).count_ones() % 2 == 1 {
+            c | 0x80
+        } else {
+            c
+        };
+        let mut j = 0;
+        while j < 8 {
+            t[c] |= (((signs >> j) & 1) as u64) << (8 * j + 2);
+            j += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// MXFP4 (see `mxfp4::dequantize_block`): one group of 32, table `d · kvalue`.
+#[inline(always)]
+fn mxfp4_block(b: &[u8], codes: &mut [u8], tab: &mut [f32]) {
+    let d = mxfp4::e8m0_to_f32_half(b[0]);
+    for (t, &kv) in tab[..16].iter_mut().zip(&mxfp4::KVALUES_DOUBLED) {
+        *t = d * f32::from(kv);
+    }
+    for (j, &q) in b[1..17].iter().enumerate() {
+        codes[j] = q & 0x0f;
+        codes[j + 16] = q >> 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::quant::sample::random_blocks;
+    use std::borrow::Cow;
+
+    const KINDS: [GgmlType; 5] = [
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Iq2Xxs,
+        GgmlType::Mxfp4,
+    ];
+
+    /// A matrix of `rows × cols` random blocks of `ty`, with some scales set to NaN and
+    /// infinity (MXFP4's E8M0 scale has neither).
+    fn matrix(ty: GgmlType, rows: usize, cols: usize, round: bool) -> StoredMatrix<'static> {
+        let (bv, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
+        let mut bytes = random_blocks(ty, rows * cols / bv, 3).expect("blocks");
+        let scale_at = match ty {
+            GgmlType::Q2K => Some(80),
+            GgmlType::Q3K => Some(108),
+            GgmlType::Q4K | GgmlType::Iq2Xxs => Some(0),
+            _ => None,
+        };
+        if let Some(at) = scale_at {
+            // f16 NaN with a payload, then +inf, in two blocks.
+            bytes[at..at + 2].copy_from_slice(&0x7e01u16.to_le_bytes());
+            bytes[bb + at..bb + at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        }
+        StoredMatrix::new("w", ty, rows, cols, Cow::Owned(bytes), round).expect("valid")
+    }
+
+    #[test]
+    fn tables_give_the_decoders_values() {
+        for ty in KINDS {
+            let kind = LutKind::of(ty).expect("table kind");
+            for round in [false, true] {
+                let (rows, cols) = (NR, 2 * KC);
+                let sm = matrix(ty, rows, cols, round);
+                let mut tile = LutTile::new(kind, round);
+                for kc0 in (0..cols).step_by(KC) {
+                    tile.prepare(&sm, (0, rows), (kc0, KC));
+                    for q in 0..rows {
+                        let mut want = vec![0f32; KC];
+                        sm.decode(q, kc0, &mut want);
+                        for (col, w) in want.iter().enumerate() {
+                            assert_eq!(
+                                tile.weight(q, col).to_bits(),
+                                f64::from(*w).to_bits(),
+                                "{} round {round} row {q} col {}",
+                                ty.name(),
+                                kc0 + col
+                            );
+                        }
+                    }
+                }
+                // Rows past `live` are zero weights.
+                tile.prepare(&sm, (0, 3), (0, KC));
+                assert!((3 * KC..NR * KC).all(|i| tile.weight(i / KC, i % KC) == 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_expands_and_fuses_like_the_definition() {
+        let x: Vec<f64> = (0..MR_ROWS * KC)
+            .map(|i| f64::from(crate::num::bf16_round((i as f32 * 0.37).sin())))
+            .collect();
+        for ty in KINDS {
+            let kind = LutKind::of(ty).expect("table kind");
+            let sm = matrix(ty, NR, KC, true);
+            let mut tile = LutTile::new(kind, true);
+            tile.prepare(&sm, (0, NR), (0, KC));
+            for path in super::super::supported_paths() {
+                let mut wp = vec![0f64; STEPS * PANEL_STEP];
+                tile.expand(path, &mut wp, STEPS);
+                for s in 0..STEPS {
+                    for q in 0..NR {
+                        for j in 0..4 {
+                            let (got, want) =
+                                (wp[s * PANEL_STEP + 4 * q + j], tile.weight(q, 4 * s + j));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {}",
+                                ty.name(),
+                                path.name()
+                            );
+                        }
+                    }
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if super::super::KernelPath::Avx512.is_supported() {
+                for mr in 1..=MR_ROWS {
+                    let mut want = vec![0.5f64; mr * PANEL_STEP];
+                    let mut got = want.clone();
+                    tile.fma_reference(mr, (&x, KC), STEPS, &mut want);
+                    super::super::x86_lut::fused_rows(&tile, mr, (&x, KC), STEPS, &mut got);
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} fused with {mr} rows", ty.name());
+                }
+            }
+        }
+    }
+
+    /// Input rows of the fused kernels.
+    const MR_ROWS: usize = super::super::MR;
+}
