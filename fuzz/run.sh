@@ -3,6 +3,10 @@
 # under libFuzzer's memory bound, and prints per target: executions, exec/s, final coverage
 # (libFuzzer's `cov`), features and the crash/timeout/oom files it left in artifacts/TARGET/.
 # Usage: fuzz/run.sh SECONDS [TARGET...]   (needs a nightly toolchain and cargo-fuzz)
+# Environment: FUZZ_MAX_LEN (bytes, default 1048576) bounds the inputs libFuzzer makes; a
+# smaller bound (e.g. 65536 for golden_parse) trades the large seeds for many more executions.
+# FUZZ_TIMEOUT (seconds, default 10) is libFuzzer's per-input wall-clock bound: at nice 19 on a
+# loaded machine a 2 s input can exceed it, so time a timeout input again before fixing it.
 # Findings: copy artifacts/TARGET/* into tests/data/fuzz/crashes/TARGET/ once fixed; the stable
 # test tests/fuzz_replay.rs replays them.
 set -euo pipefail
@@ -29,7 +33,7 @@ for t in "${targets[@]}"; do
   # Memory is bounded by libFuzzer (an address-space limit would stop ASan's shadow map): an
   # input that makes a parser allocate past 2 GB is an OOM finding.
   nice -n 19 "target/x86_64-unknown-linux-gnu/release/$t" \
-    -max_total_time="$secs" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -max_len=1048576 \
+    -max_total_time="$secs" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -max_len="${FUZZ_MAX_LEN:-1048576}" \
     -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dict[@]}" \
     "corpus/$t" >"$log" 2>&1 || true
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -24,6 +24,17 @@ if [ -x $bin ]; then
   cp $c/gguf_model/tiny-*.gguf $c/gguf_file/ 2>/dev/null || true
 fi
 cp $root/src/import/maps/*.toml $c/name_map/
+# A 3 kB golden (v1's fixture, its first regime's first four captures, six weights) so that
+# golden_parse mutates small valid inputs too, not only the 100 kB+ reference files.
+python3 - $root/golden/reference/ds41_tiny_golden.v1.json $c/golden_parse/small-v1.json <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+first = g['fixture']['regimes'][0]
+small = {'fixture': dict(g['fixture'], regimes=[first]),
+         'weights_meta': dict(list(g['weights_meta'].items())[:6]),
+         first: dict(list(g[first].items())[:4])}
+json.dump(small, open(sys.argv[2], 'w'), separators=(',', ':'))
+PY
 python3 - "$c" <<'PY'
 import json, os, random, struct, sys, zipfile, io
 c = sys.argv[1]

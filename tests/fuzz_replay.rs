@@ -119,11 +119,40 @@ fn the_embedded_shaders_pass_through_shader_set() {
         let pick = u8::try_from(pick).expect("fewer than 256 files");
         let data: Vec<u8> = std::iter::once(pick).chain(text).collect();
         let start = Instant::now();
-        let loaded = targets::load_shader_input(&data).expect("scratch directory");
-        if let Err(e) = loaded {
+        let (set, family) = targets::shader_input_set(&data).expect("UTF-8");
+        assert_eq!(set.file(family.name).map(|f| f.family), Some(family.name));
+        if let Err(e) = set.validate_family(family) {
             panic!("the embedded {name}.wgsl is refused: {}", e.rendered());
         }
         targets::shader_set(&data);
         assert!(start.elapsed() <= MAX_SECONDS_PER_INPUT, "{name}");
     }
+}
+
+/// A broken edit reaches the check and is refused naming the edited file, and a prelude edit
+/// is checked against the family the pick byte's high part names.
+#[cfg(feature = "gpu")]
+#[test]
+fn a_broken_shader_input_is_refused_naming_its_file() {
+    use golden_lens::gpu::exec::FAMILIES;
+    let files = u8::try_from(FAMILIES.len() + 1).expect("fewer than 256 files");
+    let (set, family) = targets::shader_input_set(b"\x01fn (").expect("UTF-8");
+    assert_eq!(family.name, FAMILIES[0].name);
+    let e = set.validate_family(family).expect_err("a syntax error");
+    let (file, _, _) = e.location().expect("located");
+    assert_eq!(file, format!("fuzz/{}.wgsl", FAMILIES[0].name));
+    let pick = files * 2;
+    let (set, family) = targets::shader_input_set(&[pick, b'}']).expect("UTF-8");
+    assert_eq!(family.name, FAMILIES[2].name);
+    let e = set.validate_family(family).expect_err("a broken prelude");
+    assert!(
+        e.rendered().contains("fuzz/common.wgsl"),
+        "{}",
+        e.rendered()
+    );
+    targets::shader_set(b"\x01fn (");
+    assert!(
+        targets::shader_input_set(b"\x01\xff").is_none(),
+        "not UTF-8"
+    );
 }

@@ -204,54 +204,49 @@ pub fn name_map(data: &[u8]) {
     }
 }
 
-/// A user-supplied shader directory (`--shaders DIR`) holding one edited file: the first byte
-/// picks the file (`common.wgsl` or one kernel family's), the rest is its text, unchecked (a
-/// non-UTF-8 file is the loader's to refuse). The directory is loaded exactly as `--shaders`
-/// loads it ([`ShaderSet::from_dir`]: read, then naga parse + validate of every family with the
-/// prelude, then the entry point / workgroup size / binding / uniform size checks against what
-/// the Rust side dispatches); no GPU device is created. An accepted set must report where each
-/// entry point is, and an error must name a file.
+/// A user-supplied shader set (`--shaders DIR`) with one edited file: the first byte picks the
+/// file (`common.wgsl` or one kernel family's), the rest is its text. The edited set goes
+/// through the check `ShaderSet::from_dir` runs on every family ([`ShaderSet::validate_family`]:
+/// naga parse + validate with the prelude, then the entry points, workgroup sizes, bindings and
+/// uniform size against what the Rust side dispatches); no GPU device is created. Only the
+/// edited family is checked (the others are the embedded ones, which validate), and a prelude
+/// edit is checked against the family the pick byte's high part names, so one execution costs
+/// two naga parses rather than eighteen. A refusal must name the file it is about.
 #[cfg(feature = "gpu")]
 pub fn shader_set(data: &[u8]) {
-    use golden_lens::gpu::exec::FAMILIES;
-    use golden_lens::gpu::shaders::ShaderError;
-    match load_shader_input(data) {
-        None => {}
-        Some(Ok(set)) => {
-            for fam in FAMILIES {
-                let infos = set.entry_infos(fam.name);
-                assert!(
-                    infos.is_ok(),
-                    "{}: an accepted set has entry points",
-                    fam.name
-                );
-            }
-        }
-        Some(Err(ShaderError::Io { .. })) => {}
-        Some(Err(e)) => {
-            let shown = e.rendered();
-            assert!(shown.contains(".wgsl"), "the error names no file: {shown}");
-        }
+    let Some((set, family)) = shader_input_set(data) else {
+        return;
+    };
+    if let Err(e) = set.validate_family(family) {
+        let shown = e.rendered();
+        assert!(shown.contains(".wgsl"), "the error names no file: {shown}");
     }
 }
 
-/// The shader directory of a `shader_set` input, loaded; `None` for an empty input or when the
-/// scratch directory cannot be written.
+/// The edited set of a `shader_set` input and the family to check; `None` for an empty input or
+/// one that is not UTF-8 (the loader reads files as text and refuses those with an I/O error).
 #[cfg(feature = "gpu")]
-pub fn load_shader_input(
+pub fn shader_input_set(
     data: &[u8],
-) -> Option<Result<golden_lens::gpu::ShaderSet, golden_lens::gpu::ShaderError>> {
+) -> Option<(
+    golden_lens::gpu::ShaderSet,
+    &'static golden_lens::gpu::exec::Family,
+)> {
     use golden_lens::gpu::exec::FAMILIES;
-    use golden_lens::gpu::shaders::{ShaderSet, COMMON_FILE};
+    use golden_lens::gpu::{ShaderOrigin, ShaderSet};
     let (&pick, text) = data.split_first()?;
-    let files: Vec<String> = std::iter::once(COMMON_FILE.to_string())
-        .chain(FAMILIES.iter().map(|f| format!("{}.wgsl", f.name)))
-        .collect();
-    let name = &files[usize::from(pick) % files.len()];
-    let dir = std::env::temp_dir().join(format!("golden-lens-fuzz-{}-shaders", std::process::id()));
-    // The previous input's file goes: the directory holds this input's file alone.
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).ok()?;
-    std::fs::write(dir.join(name), text).ok()?;
-    Some(ShaderSet::from_dir(&dir))
+    let text = std::str::from_utf8(text).ok()?;
+    let files = FAMILIES.len() + 1;
+    let index = usize::from(pick) % files;
+    let mut set = ShaderSet::embedded();
+    let (file, family) = match index.checked_sub(1) {
+        None => (
+            &mut set.common,
+            FAMILIES[usize::from(pick) / files % FAMILIES.len()],
+        ),
+        Some(f) => (&mut set.families[f], FAMILIES[f]),
+    };
+    file.text = text.to_string();
+    file.origin = ShaderOrigin::File(PathBuf::from(format!("fuzz/{}.wgsl", file.family)));
+    Some((set, family))
 }
