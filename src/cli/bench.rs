@@ -42,10 +42,10 @@ pub struct BenchArgs {
     /// ./.venv/bin/python if present; without one that column is skipped).
     #[arg(long)]
     pub python: Option<PathBuf>,
-    /// MiB of weights each GEMM cycles through (several times the last-level cache, so every
-    /// repetition reads its weights from memory).
-    #[arg(long, default_value_t = 512)]
-    pub pool_mib: usize,
+    /// MiB of weights each GEMM cycles through, so every repetition reads its weights from memory
+    /// (default: four times the last-level cache the kernel reports, at least 512 MiB).
+    #[arg(long)]
+    pub pool_mib: Option<usize>,
     /// Repetitions per measurement; the best is kept (this is a shared, noisy machine).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -276,15 +276,24 @@ fn dequant_row(
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let threads = rayon::current_num_threads();
+    let pool_mib = args.pool_mib.unwrap_or_else(default_pool_mib);
     let (reps, pool_bytes) = if args.quick {
         (1, 16 << 20)
     } else {
-        (args.reps, args.pool_mib << 20)
+        let bytes = pool_mib
+            .checked_mul(1 << 20)
+            .with_context(|| format!("--pool-mib {pool_mib}: too large"))?;
+        (args.reps, bytes)
     };
     println!(
         "golden-lens bench: {threads} rayon threads; {}",
         kernel_path_note()
     );
+    if !args.quick {
+        let llc =
+            last_level_cache_bytes().map_or("unknown".to_string(), |b| format!("{} MiB", b >> 20));
+        println!("weight pool: {pool_mib} MiB per GEMM (last-level cache: {llc})");
+    }
     let path = best_path();
     let peak_s = if args.quick { 0.01 } else { PEAK_SECONDS };
     let limits = Limits {
@@ -514,4 +523,56 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         pct(worst_dq)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest CPU cache the kernel reports for cpu0 (`/sys/devices/system/cpu/cpu0/cache`), in
+/// bytes; None where sysfs does not say.
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(s.trim()))
+        .max()
+}
+
+/// A sysfs cache size such as `32K`, `1024K` or `480M`, in bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+/// Four times the last-level cache, in MiB, and at least 512 MiB: a GEMM's weights then come from
+/// memory on every repetition rather than partly from cache.
+fn default_pool_mib() -> usize {
+    const FLOOR_MIB: usize = 512;
+    const CACHE_MULTIPLE: usize = 4;
+    last_level_cache_bytes()
+        .map(|b| (b >> 20).saturating_mul(CACHE_MULTIPLE))
+        .unwrap_or(0)
+        .max(FLOOR_MIB)
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::parse_cache_size;
+
+    #[test]
+    fn sysfs_cache_sizes_parse() {
+        assert_eq!(parse_cache_size("32K"), Some(32 << 10));
+        assert_eq!(parse_cache_size("480M"), Some(480 << 20));
+        assert_eq!(parse_cache_size("1024"), Some(1024));
+        assert_eq!(parse_cache_size("12X"), None);
+        assert_eq!(parse_cache_size(""), None);
+    }
 }
