@@ -299,19 +299,7 @@ impl Job<'_> {
                     }
                     let wp = &mut wp[..steps * PANEL_STEP];
                     pack_panel(self.path, &rows, (kc0, kcl), wp, steps);
-                    for r0 in (0..n_rows).step_by(MR) {
-                        let mr = MR.min(n_rows - r0);
-                        let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
-                        microkernel(
-                            self.path,
-                            mr,
-                            xs,
-                            kcl,
-                            wp,
-                            steps,
-                            &mut lanes[r0 * PANEL_STEP..],
-                        );
-                    }
+                    self.packed_rows((mc0, n_rows), (kc0, kcl), wp, steps, lanes);
                 }
                 self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |r, q| {
                     let mut tail = 0f64;
@@ -347,6 +335,32 @@ impl Job<'_> {
                 let v = (((l[0] + l[1]) + (l[2] + l[3])) + tail(r, q)) as f32;
                 out[(mc0 + r) * width + oo] = if self.round_bf16 { bf16_round(v) } else { v };
             }
+        }
+    }
+
+    /// One k-chunk of the packed panel `wp` against input rows `mc0..mc0 + n_rows`, `MR` rows
+    /// at a time, into their `lanes` (shared by the decoded and the table-decoded blocks).
+    #[inline]
+    fn packed_rows(
+        &self,
+        (mc0, n_rows): (usize, usize),
+        (kc0, kcl): (usize, usize),
+        wp: &[f64],
+        steps: usize,
+        lanes: &mut [f64],
+    ) {
+        for r0 in (0..n_rows).step_by(MR) {
+            let mr = MR.min(n_rows - r0);
+            let xs = &self.xp[kc0 * self.m + (mc0 + r0) * kcl..];
+            microkernel(
+                self.path,
+                mr,
+                xs,
+                kcl,
+                wp,
+                steps,
+                &mut lanes[r0 * PANEL_STEP..],
+            );
         }
     }
 
@@ -393,19 +407,7 @@ impl Job<'_> {
                     }
                     let wp = &mut wp[..steps * PANEL_STEP];
                     tile.expand(self.path, wp, steps);
-                    for r0 in (0..n_rows).step_by(MR) {
-                        let mr = MR.min(n_rows - r0);
-                        let xs = &self.xp[kc0 * m + (mc0 + r0) * kcl..];
-                        microkernel(
-                            self.path,
-                            mr,
-                            xs,
-                            kcl,
-                            wp,
-                            steps,
-                            &mut lanes[r0 * PANEL_STEP..],
-                        );
-                    }
+                    self.packed_rows((mc0, n_rows), (kc0, kcl), wp, steps, lanes);
                 }
                 self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |_, _| 0.0);
             }
