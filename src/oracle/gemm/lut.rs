@@ -555,7 +555,7 @@ mod tests {
     }
 
     /// The direct kernels against the definition (the decoder's values, widened, summed lane
-    /// by lane in increasing step; the packed panel of those values): Q2_K, Q4_K and Q8_0 with NaN (quiet and signalling), infinite,
+    /// by lane in increasing step; the packed panel of those values): the K-quants and Q8_0 with NaN (quiet and signalling), infinite,
     /// zero and subnormal scales, MXFP4 over every E8M0 exponent (the f64 and the f32 table
     /// routes), MXFP4 and Q8_0 also in ragged chunks, with and without bf16 rounding, for 1 to
     /// `MR` input rows.
@@ -594,6 +594,7 @@ mod tests {
                     _ => {
                         let (d, d2) = match ty {
                             GgmlType::Q2K => (80, 82),
+                            GgmlType::Q3K => (108, 108),
                             GgmlType::Q4K => (0, 2),
                             _ => (0, 0),
                         };
@@ -613,7 +614,7 @@ mod tests {
                 let sm =
                     StoredMatrix::new("w", ty, NR, cols, Cow::Owned(all), round).expect("valid");
                 let kcls: &[usize] = match dk {
-                    DirectKind::Q2K | DirectKind::Q4K => &[KC],
+                    DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => &[KC],
                     _ => &[KC, 32, 96, 224],
                 };
                 for kc0 in (0..cols).step_by(KC) {

@@ -43,6 +43,7 @@ const MX_F32_FROM: u8 = 253;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DirectKind {
     Q2K,
+    Q3K,
     Q4K,
     Mxfp4,
     Q8_0,
@@ -53,6 +54,7 @@ impl DirectKind {
     pub(super) fn of(ty: GgmlType) -> Option<DirectKind> {
         Some(match ty {
             GgmlType::Q2K => DirectKind::Q2K,
+            GgmlType::Q3K => DirectKind::Q3K,
             GgmlType::Q4K => DirectKind::Q4K,
             GgmlType::Mxfp4 => DirectKind::Mxfp4,
             GgmlType::Q8_0 => DirectKind::Q8_0,
@@ -144,15 +146,15 @@ fn run(
         "the direct kernels need AVX-512 F, BW and VBMI"
     );
     match kind {
-        DirectKind::Q2K | DirectKind::Q4K => {
-            let bb = if kind == DirectKind::Q2K {
-                kquants::Q2_K_BLOCK_BYTES
-            } else {
-                kquants::Q4_K_BLOCK_BYTES
+        DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => {
+            let bb = match kind {
+                DirectKind::Q2K => kquants::Q2_K_BLOCK_BYTES,
+                DirectKind::Q3K => kquants::Q3_K_BLOCK_BYTES,
+                _ => kquants::Q4_K_BLOCK_BYTES,
             };
             assert!(
                 kcl == KC && rows.iter().all(|r| r.len() == bb),
-                "a Q2_K or Q4_K chunk is one block a row"
+                "a K-quant chunk is one block a row"
             )
         }
         DirectKind::Mxfp4 | DirectKind::Q8_0 => {
@@ -187,6 +189,8 @@ fn run(
     match (kind, round_bf16) {
         (DirectKind::Q2K, true) => by_rows!(q2k, true),
         (DirectKind::Q2K, false) => by_rows!(q2k, false),
+        (DirectKind::Q3K, true) => by_rows!(q3k, true),
+        (DirectKind::Q3K, false) => by_rows!(q3k, false),
         (DirectKind::Q4K, true) => by_rows!(q4k, true),
         (DirectKind::Q4K, false) => by_rows!(q4k, false),
         (DirectKind::Mxfp4, _) => by_rows!(mx),
@@ -215,21 +219,32 @@ unsafe fn load_u8(v: &[u8; 64]) -> __m512i {
     unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
 }
 
-/// `round_bf16_one` on sixteen lanes: nearest even at bit 16, a NaN quieted and truncated.
+/// Two vectors of table values rounded to bf16 with `ROUND` (else as they are), still as f32.
+///
+/// The rounding is `vcvtne2ps2bf16`: nearest even, a NaN quieted and truncated, exactly
+/// `round_bf16_one` except that it flushes f32 subnormals to zero, and no Q2_K, Q3_K, Q4_K or
+/// Q8_0 value is one: `d`, `dmin` are f16 (multiples of 2^−24), the scales and codes small
+/// integers, so every product is an exact multiple of 2^−24 and so is the difference before it
+/// rounds (Q2_K, Q4_K), which is thus 0 or at least 2^−24 in magnitude, far above f32's subnormals (below
+/// 2^−126); NaN and infinity go through as `round_bf16_one` takes them (the tests cover both,
+/// and an f16 subnormal scale).
 ///
 /// # Safety
-/// AVX-512F must be present.
+/// AVX-512 F, BW and BF16 must be present.
 #[inline(always)]
-unsafe fn round_bf16_ps(v: __m512) -> __m512 {
-    let bits = _mm512_castps_si512(v);
-    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(bits), _mm512_set1_epi32(1));
-    let rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
-    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-    let r = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x0040_0000));
-    _mm512_castsi512_ps(_mm512_and_si512(
-        r,
-        _mm512_set1_epi32(0xffff_0000u32 as i32),
-    ))
+unsafe fn round_pair<const ROUND: bool>(v0: __m512, v1: __m512) -> [__m512; 2] {
+    if !ROUND {
+        return [v0, v1];
+    }
+    // SAFETY (whole body): the features are present; the statics hold 32 words each.
+    unsafe {
+        // Low 16 words: `v0`'s values, high 16: `v1`'s.
+        let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0));
+        std::array::from_fn(|r| {
+            let idx = _mm512_loadu_si512(BF16_WORDS[r].as_ptr().cast());
+            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaa_aaaa, idx, words))
+        })
+    }
 }
 
 /// Both f64 halves of sixteen f32 lanes.
@@ -369,9 +384,9 @@ unsafe fn q2k_scales(b: &[u8]) -> (__m512, __m512) {
 /// Q2_K chunk (one block a row): see the module docs.
 ///
 /// # Safety
-/// AVX-512 F, BW, VBMI and F16C must be present; the operands as [`run`] describes
+/// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q2k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     _kcl: usize,
@@ -391,16 +406,21 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
             let (a, b) = (rows[2 * z], rows[2 * z + 1]);
             let (dla, mla) = q2k_scales(a);
             let (dlb, mlb) = q2k_scales(b);
-            for (h, lanes_h) in Q2K_GROUP_LANES.iter().enumerate() {
-                let sel = load_i32(lanes_h);
-                let dl = _mm512_permutex2var_ps(dla, sel, dlb);
-                let ml = _mm512_permutex2var_ps(mla, sel, mlb);
-                // The decoder's `dl · q − ml`, rounded to bf16 where the matrix rounds.
-                let v = _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml);
-                let v = if ROUND { round_bf16_ps(v) } else { v };
-                let [lo, hi] = widen(v);
-                tabs[z][2 * h] = lo;
-                tabs[z][2 * h + 1] = hi;
+            for (h2, sels) in Q2K_GROUP_LANES.chunks_exact(2).enumerate() {
+                // The decoder's `dl · q − ml` for groups 4h2..4h2 + 4, rounded to bf16 where
+                // the matrix rounds.
+                let v: [__m512; 2] = std::array::from_fn(|i| {
+                    let sel = load_i32(&sels[i]);
+                    let dl = _mm512_permutex2var_ps(dla, sel, dlb);
+                    let ml = _mm512_permutex2var_ps(mla, sel, mlb);
+                    _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml)
+                });
+                let v = round_pair::<ROUND>(v[0], v[1]);
+                for (i, v) in v.iter().enumerate() {
+                    let [lo, hi] = widen(*v);
+                    tabs[z][4 * h2 + 2 * i] = lo;
+                    tabs[z][4 * h2 + 2 * i + 1] = hi;
+                }
             }
             for (half, c) in codes.iter_mut().enumerate() {
                 let qa = _mm256_loadu_si256(a.as_ptr().add(16 + 32 * half).cast());
@@ -455,10 +475,144 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
     }
 }
 
-/// Q4_K: the word of lane `i` of a table (row `r`'s sixteen values, `r = 0` in words 0..16
-/// of the two rows' bf16 values, `r = 1` in 16..32) as the high half of an f32, the low half
-/// zero (masked off).
-static Q4K_WORDS: [[i16; 32]; 2] = {
+/// Q3_K: for lane `i` of a pair's table of group `g`, the source lane of the rows' per-group
+/// `dl` (`0..16` the first row's, `16..32` the second's): eight lanes of each row.
+static Q3K_GROUP_LANES: [[i32; 16]; 16] = {
+    let mut t = [[0i32; 16]; 16];
+    let mut g = 0;
+    while g < 16 {
+        let mut i = 0;
+        while i < 16 {
+            t[g][i] = (g + 16 * (i / 8)) as i32;
+            i += 1;
+        }
+        g += 1;
+    }
+    t
+};
+
+/// The code values `−4..4` twice as f32 (a code is `low | high << 2` and stands for
+/// `code − 4`), hidden from the optimiser (as [`q2k_levels`]).
+#[inline(always)]
+fn q3k_levels() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| (i % 8) as f32 - 4.0))
+}
+
+/// One Q3_K row block's per-group `dl = d · sc` (the sixteen 6-bit scales, d by F16C).
+///
+/// # Safety
+/// AVX-512F and F16C must be present; `b` must be a whole Q3_K block.
+#[inline(always)]
+unsafe fn q3k_scales(b: &[u8]) -> __m512 {
+    let sc = kquants::q3_k_scales(&b[96..108]);
+    // SAFETY: `sc` is 16 readable bytes.
+    let sc = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
+    let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
+    let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
+        b[108], b[109],
+    ]))));
+    _mm512_mul_ps(_mm512_broadcastss_ps(d), sc)
+}
+
+/// Q3_K chunk (one block a row): each pair's sixteen group tables (`dl · (code − 4)` for the
+/// eight codes of both rows, one permute's two tables), its code bytes (`qs` and `hmask`)
+/// transposed, then per sub-block the codes with the row bit 3 and per step a shift and one
+/// permute.
+///
+/// # Safety
+/// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q3k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    _kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): every block is 110 bytes (checked by `chunk`): hmask at 0..32, qs
+    // at 32..96; `x` holds R rows of 256 values `x_stride` apart and `lanes` R·PANEL_STEP
+    // values (or, with R = 0, 64 steps of a packed panel).
+    unsafe {
+        let levels = q3k_levels();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let load_pair = |z: usize, at: usize| {
+            let qa = _mm256_loadu_si256(rows[2 * z].as_ptr().add(at).cast());
+            let qb = _mm256_loadu_si256(rows[2 * z + 1].as_ptr().add(at).cast());
+            let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+            _mm512_permutexvar_epi8(transpose, both)
+        };
+        let mut tabs = [[[_mm512_setzero_pd(); 2]; 16]; PAIRS];
+        for (z, tabs) in tabs.iter_mut().enumerate() {
+            let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
+            for (g2, sels) in Q3K_GROUP_LANES.chunks_exact(2).enumerate() {
+                // The decoder's `dl · q`, rounded to bf16 where the matrix rounds.
+                let v: [__m512; 2] = std::array::from_fn(|i| {
+                    let dl = _mm512_permutex2var_ps(dla, load_i32(&sels[i]), dlb);
+                    _mm512_mul_ps(dl, levels)
+                });
+                let v = round_pair::<ROUND>(v[0], v[1]);
+                tabs[2 * g2] = widen(v[0]);
+                tabs[2 * g2 + 1] = widen(v[1]);
+            }
+        }
+        let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
+        let mut acc = load_lanes::<R>(lanes);
+        let three = _mm512_set1_epi8(3);
+        let four = _mm512_set1_epi8(4);
+        // Bit 3 of every code byte of the pair's second row: its table is the second.
+        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
+        macro_rules! step {
+            ($cs:ident, $u:expr, $sh:literal) => {{
+                let u = $u;
+                let xv = x_step::<R>(x, x_stride, u);
+                for z in 0..PAIRS {
+                    let idx = _mm512_srli_epi64::<$sh>($cs[z]);
+                    let [ta, tb] = tabs[z][u / 4];
+                    let w = _mm512_permutex2var_pd(ta, idx, tb);
+                    sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                }
+            }};
+        }
+        // Sub-block `s` of half `h`: the low bits (`2s`, `2s + 1` of `qs`) and the high bit
+        // (`4h + s` of `hmask`, brought to bit 2 by `hm`) of each code byte, the row bit.
+        macro_rules! sub_block {
+            ($qs:ident, $h:literal, $s:literal, $by:literal, $hm:expr) => {{
+                let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
+                    let low = _mm512_srli_epi64::<$by>($qs[z]);
+                    let high = $hm(hmask[z]);
+                    let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
+                    _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
+                });
+                let u0 = 32 * $h + 8 * $s;
+                step!(cs, u0, 0);
+                step!(cs, u0 + 1, 8);
+                step!(cs, u0 + 2, 16);
+                step!(cs, u0 + 3, 24);
+                step!(cs, u0 + 4, 32);
+                step!(cs, u0 + 5, 40);
+                step!(cs, u0 + 6, 48);
+                step!(cs, u0 + 7, 56);
+            }};
+        }
+        let qs0: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 32));
+        sub_block!(qs0, 0, 0, 0, |m| _mm512_slli_epi64::<2>(m));
+        sub_block!(qs0, 0, 1, 2, |m| _mm512_slli_epi64::<1>(m));
+        sub_block!(qs0, 0, 2, 4, |m| m);
+        sub_block!(qs0, 0, 3, 6, |m| _mm512_srli_epi64::<1>(m));
+        let qs1: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 64));
+        sub_block!(qs1, 1, 0, 0, |m| _mm512_srli_epi64::<2>(m));
+        sub_block!(qs1, 1, 1, 2, |m| _mm512_srli_epi64::<3>(m));
+        sub_block!(qs1, 1, 2, 4, |m| _mm512_srli_epi64::<4>(m));
+        sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Word `2i + 1` of f32 lane `i` (its high half; the low half is masked to zero) from the
+/// bf16 words of [`round_pair`]: `v0`'s sixteen (words 0..16), then `v1`'s (16..32).
+static BF16_WORDS: [[i16; 32]; 2] = {
     let mut t = [[0i16; 32]; 2];
     let mut r = 0;
     while r < 2 {
@@ -479,14 +633,8 @@ fn q4k_levels() -> [f32; 16] {
 }
 
 /// Two rows' sixteen-entry tables of one group (`d1·q − m1` in f32, each row's own `d1`,
-/// `m1`), rounded to bf16 with `ROUND`, widened: `[[a 0..8, a 8..16], [b 0..8, b 8..16]]`.
-///
-/// The rounding is `vcvtne2ps2bf16`: nearest even, a NaN quieted and truncated, exactly
-/// `round_bf16_one` except that it flushes f32 subnormals to zero, and no table value is one:
-/// `d`, `dmin` are f16 (multiples of 2^−24), the scales and codes small integers, so every
-/// product is an exact multiple of 2^−24 and so is the difference before it rounds, which is
-/// thus 0 or at least 2^−24 in magnitude, far above f32's subnormals (below 2^−126); NaN and
-/// infinity go through as `round_bf16_one` takes them (the tests cover both).
+/// `m1`), rounded to bf16 with `ROUND` ([`round_pair`]), widened:
+/// `[[a 0..8, a 8..16], [b 0..8, b 8..16]]`.
 ///
 /// # Safety
 /// AVX-512 F, BW and BF16 must be present.
@@ -504,19 +652,10 @@ unsafe fn q4k_tables<const ROUND: bool>(
         _mm512_mul_ps(_mm512_set1_ps(d1b), levels),
         _mm512_set1_ps(m1b),
     );
-    if !ROUND {
-        // SAFETY: AVX-512F is present.
-        return unsafe { [widen(va), widen(vb)] };
-    }
-    // Low 16 words: `va`'s values, high 16: `vb`'s.
-    let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(vb, va));
-    // SAFETY: AVX-512 F and BW are present; the statics hold 32 words each.
+    // SAFETY: the features are present.
     unsafe {
-        let f = |r: usize| {
-            let idx = _mm512_loadu_si512(Q4K_WORDS[r].as_ptr().cast());
-            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaa_aaaa, idx, words))
-        };
-        [widen(f(0)), widen(f(1))]
+        let [a, b] = round_pair::<ROUND>(va, vb);
+        [widen(a), widen(b)]
     }
 }
 
@@ -769,21 +908,15 @@ static Q8_PAIR_LANES: [[i32; 16]; 2] = {
     t
 };
 
-/// A Q8_0 block's 16 values from `at`: `f32(q) · d`, rounded to bf16 with `ROUND`.
+/// A Q8_0 block's 16 values from `at`: `f32(q) · d`.
 ///
 /// # Safety
 /// AVX-512 F and BW must be present and `at` must hold 16 bytes.
 #[inline(always)]
-unsafe fn q8_values<const ROUND: bool>(at: *const u8, d: __m512) -> __m512 {
+unsafe fn q8_values(at: *const u8, d: __m512) -> __m512 {
     // SAFETY: 16 readable bytes.
     let q = unsafe { _mm512_cvtepi8_epi32(_mm_loadu_si128(at.cast())) };
-    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
-    if ROUND {
-        // SAFETY: AVX-512F is present.
-        unsafe { round_bf16_ps(v) }
-    } else {
-        v
-    }
+    _mm512_mul_ps(_mm512_cvtepi32_ps(q), d)
 }
 
 /// A Q8_0 block's f16 scale, widened (F16C) and broadcast.
@@ -801,9 +934,9 @@ unsafe fn q8_scale(b: &[u8]) -> __m512 {
 /// the FMAs; the pairs' chains are independent, so one pair's decode overlaps another's FMAs.
 ///
 /// # Safety
-/// AVX-512 F, BW and F16C must be present; the operands as [`run`] describes
+/// AVX-512 F, BW, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
 unsafe fn q8<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     kcl: usize,
@@ -823,8 +956,9 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                 let (da, db) = (q8_scale(a), q8_scale(b));
                 let mut w = [_mm512_setzero_pd(); 8];
                 for half in 0..2 {
-                    let va = q8_values::<ROUND>(a.as_ptr().add(2 + 16 * half), da);
-                    let vb = q8_values::<ROUND>(b.as_ptr().add(2 + 16 * half), db);
+                    let va = q8_values(a.as_ptr().add(2 + 16 * half), da);
+                    let vb = q8_values(b.as_ptr().add(2 + 16 * half), db);
+                    let [va, vb] = round_pair::<ROUND>(va, vb);
                     for (i, sel) in sel.iter().enumerate() {
                         let [lo, hi] = widen(_mm512_permutex2var_ps(va, *sel, vb));
                         w[4 * half + 2 * i] = lo;
