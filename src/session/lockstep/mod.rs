@@ -25,6 +25,7 @@ use super::reference::{RecordedRegime, RecordedRun, ReferenceKind, SharedReferen
 use super::results::CaptureResult;
 use super::triage::TriageState;
 use super::{CheckOptions, Mode, SessionError};
+use crate::model::hints::{SelectionHints, NEAR_TIE_PREFIX};
 use crate::model::{Backend, Capture, CaptureValues, ModelConfig, SeedTensors, Step};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -35,6 +36,18 @@ pub type BoxedBackend = Box<dyn Backend + Send>;
 /// Prefix of the audit captures a backend emits to report its tie rule's deviations from the
 /// torch rule (never compared, never shown).
 pub const TIE_AUDIT_PREFIX: &str = "tieflip.";
+
+/// Rows of one selection a backend resolved the reference's way (a near tie under its own
+/// scores; see [`crate::model::hints`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearTiesResolved {
+    /// Index of the backend.
+    pub backend: usize,
+    /// The selection capture (`L3.moe_indices`).
+    pub capture: String,
+    /// Its rows (tokens) that took the reference's selection.
+    pub rows: Vec<usize>,
+}
 
 /// A step whose inputs could not all be reseeded in isolated mode, and why.
 #[derive(Debug, Clone)]
@@ -67,6 +80,9 @@ pub struct StepOutcome {
     pub other_violations: Vec<(String, Violation)>,
     /// Backends that could not be fully reseeded before this step (isolated mode).
     pub not_isolated: Vec<NotIsolated>,
+    /// Selections a later backend resolved the reference's way in this step (near ties,
+    /// `near_tie_hints`).
+    pub near_ties: Vec<NearTiesResolved>,
     /// Per later backend `i` (index into the backend list): captures the first backend produced
     /// in this step that backend `i` did not.
     pub cross_missing: Vec<(usize, Vec<String>)>,
@@ -352,6 +368,7 @@ impl<'a> Stepper<'a> {
                 results: Vec::new(),
                 other_violations: Vec::new(),
                 not_isolated: Vec::new(),
+                near_ties: Vec::new(),
                 cross_missing: Vec::new(),
                 seconds: Vec::new(),
                 regime_end: Some(end),
@@ -363,6 +380,7 @@ impl<'a> Stepper<'a> {
         let n = self.backends.len();
         let mut caps: Vec<Vec<Capture>> = Vec::with_capacity(n);
         let mut not_isolated = Vec::new();
+        let mut near_ties = Vec::new();
         let mut seconds = Vec::with_capacity(n);
         for bi in 0..n {
             if self.opts.mode == Mode::Isolated && !(self.live() && bi == 0) {
@@ -374,6 +392,11 @@ impl<'a> Stepper<'a> {
                     });
                 }
             }
+            if bi > 0 && self.opts.near_tie_hints {
+                let hints = self.hints_for(step, &caps[0]);
+                let r = self.backends[bi].hint(&hints);
+                r.map_err(self.berr(bi))?;
+            }
             let t0 = Instant::now();
             let mut c = Vec::new();
             let r = self.backends[bi].run(step, &mut c);
@@ -381,6 +404,16 @@ impl<'a> Stepper<'a> {
             seconds.push(t0.elapsed().as_secs_f64());
             let (audits, deviations) = (&mut self.audits[bi], &mut self.deviations[bi]);
             c.retain(|cap| {
+                if let Some(rest) = cap.name.strip_prefix(NEAR_TIE_PREFIX) {
+                    if let CaptureValues::I64(rows) = &cap.values {
+                        near_ties.push(NearTiesResolved {
+                            backend: bi,
+                            capture: rest.to_string(),
+                            rows: rows.iter().map(|&r| r.max(0) as usize).collect(),
+                        });
+                    }
+                    return false;
+                }
                 let Some(rest) = cap.name.strip_prefix(TIE_AUDIT_PREFIX) else {
                     return true;
                 };
@@ -416,10 +449,47 @@ impl<'a> Stepper<'a> {
             results,
             other_violations,
             not_isolated,
+            near_ties,
             cross_missing,
             seconds,
             regime_end,
         }))
+    }
+
+    /// The reference's selections for `step` (its MoE routing), from the reference backend's
+    /// captures of the step just run (`reference_caps`, a live reference) or the recorded
+    /// reference's whole tensor; the near-tie bar is the gate's f32-chain bar at the model's
+    /// dims.
+    fn hints_for(&self, step: Step, reference_caps: &[Capture]) -> SelectionHints {
+        use crate::golden::policy::{f32_chain_tol, ATLAS_GATE_TERMS};
+        let mut hints = SelectionHints {
+            moe_score_tol: self.cfg.as_ref().map_or(
+                f32_chain_tol(ATLAS_GATE_TERMS, ATLAS_GATE_TERMS) as f32,
+                super::triage::routing_near_tie_abs,
+            ),
+            ..Default::default()
+        };
+        let Step::Block(l) = step else {
+            return hints;
+        };
+        let name = format!("L{l}.moe_indices");
+        let routing = if self.live() {
+            reference_caps
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| match &c.values {
+                    CaptureValues::I64(v) => Some(v.clone()),
+                    _ => None,
+                })
+        } else {
+            self.reference
+                .seeds(self.regime)
+                .and_then(|s| s.full_i64(0, &name))
+        };
+        if let Some(v) = routing {
+            hints.moe_indices.insert(l, v);
+        }
+        hints
     }
 
     fn seed(&mut self, bi: usize, step: Step) -> Result<Vec<String>, SessionError> {
