@@ -38,7 +38,7 @@ pub(super) fn default_mode(given: Option<ModeArg>, real_model: bool) -> (Mode, &
         (Some(ModeArg::Isolated), _) => (Mode::Isolated, "--mode isolated"),
         (None, true) => (
             Mode::Isolated,
-            "the default on a real model (--mode chained to let each backend carry its own state)",
+            "the default on a real model; --mode chained lets each backend carry its own state",
         ),
         (None, false) => (Mode::Chained, "the default"),
     }
