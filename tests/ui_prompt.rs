@@ -144,6 +144,11 @@ fn a_typed_prompt_runs_on_a_gguf_with_no_golden_beside_a_test_backend() {
     h.get_by_label("Prompt ids: 3 tokens: 0 '<|begin_of_sentence|>' · 31 'the' · 35 'Ġlens'");
     h.get_by_label("No golden: the cpu oracle is the live reference");
     assert!(h.state().golden().is_none());
+    assert_eq!(
+        h.state().state().mode,
+        golden_lens::session::Mode::Isolated,
+        "a golden-less run is isolated by default, as on the command line"
+    );
 
     // One prefill regime over the ids, then the greedy decode step; every capture compared
     // cpu-test against the live oracle.
