@@ -392,8 +392,9 @@ impl<'a> Stepper<'a> {
                     });
                 }
             }
-            if bi > 0 && self.opts.near_tie_hints {
-                let hints = self.hints_for(step, &caps[0]);
+            // A recorded reference is every backend's reference; a live one is backend 0.
+            if (bi > 0 || !self.live()) && self.opts.near_tie_hints {
+                let hints = self.hints_for(step, caps.first().map_or(&[][..], Vec::as_slice));
                 let r = self.backends[bi].hint(&hints);
                 r.map_err(self.berr(bi))?;
             }
@@ -574,6 +575,77 @@ mod tests {
             .expect("stepper");
         // Before the first regime begins (and, the same code path, after each one ends).
         assert_eq!(stepper.steps_total(), Some(ranged * regimes));
+    }
+
+    /// The oracle, recording every hint it is handed (and taking none).
+    struct Hinted {
+        inner: crate::oracle::Oracle,
+        got: std::sync::Arc<std::sync::Mutex<Vec<SelectionHints>>>,
+    }
+
+    impl Backend for Hinted {
+        fn name(&self) -> String {
+            "hinted".into()
+        }
+        fn begin(&mut self, ids: &[i64], sp: usize) -> Result<(), crate::model::BackendError> {
+            self.inner.begin(ids, sp)
+        }
+        fn steps(&self) -> Vec<Step> {
+            self.inner.steps()
+        }
+        fn run(
+            &mut self,
+            step: Step,
+            sink: &mut Vec<Capture>,
+        ) -> Result<(), crate::model::BackendError> {
+            self.inner.run(step, sink)
+        }
+        fn seed(
+            &mut self,
+            step: Step,
+            reference: &dyn SeedTensors,
+        ) -> Result<Vec<String>, crate::model::BackendError> {
+            self.inner.seed(step, reference)
+        }
+        fn hint(&mut self, hints: &SelectionHints) -> Result<bool, crate::model::BackendError> {
+            self.got.lock().expect("hints").push(hints.clone());
+            Ok(false)
+        }
+    }
+
+    #[test]
+    fn a_recorded_reference_hints_every_backend_with_its_routing() {
+        use crate::session::reference::GoldenReference;
+        let golden = crate::golden::embedded::default_golden().expect("embedded golden");
+        let reference: SharedReference = std::sync::Arc::new(
+            GoldenReference::new(std::sync::Arc::new(golden.clone())).expect("reference"),
+        );
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let backend = Hinted {
+            inner: crate::session::oracle_for(&golden).expect("oracle"),
+            got: got.clone(),
+        };
+        let opts = CheckOptions {
+            stop_after_regime: Some(golden.regimes[0].name.clone()),
+            ..CheckOptions::default()
+        };
+        let mut stepper = Stepper::new(reference, vec![Box::new(backend)], opts).expect("stepper");
+        stepper.run_to_end(|_| {}).expect("run");
+        let got = got.lock().expect("hints");
+        let regime = &golden.regimes[0];
+        let cfg = crate::session::model_of(&golden).expect("config").0;
+        // One hint per step; each block's carries the golden's whole routing of that block.
+        let blocks: Vec<&SelectionHints> =
+            got.iter().filter(|h| !h.moe_indices.is_empty()).collect();
+        assert_eq!(blocks.len(), cfg.n_layers, "{got:?}");
+        for (l, h) in blocks.iter().enumerate() {
+            let want = regime
+                .get(&format!("L{l}.moe_indices"))
+                .and_then(|c| c.full_i64())
+                .expect("whole routing in the golden");
+            assert_eq!(h.moe_indices.get(&l), Some(&want), "L{l}");
+            assert_eq!(h.moe_score_tol, crate::golden::policy::F32_TOL as f32);
+        }
     }
 
     #[test]
