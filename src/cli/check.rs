@@ -24,14 +24,15 @@ pub enum ModeArg {
 /// The run's mode: `--mode` when given, else isolated on a real model and chained otherwise,
 /// with the reason printed beside it.
 ///
-/// Why isolated on a real model: its activations pass through fp8 (e4m3, the KV latents) and
-/// fp4 (the indexer keys) round trips. Two correct implementations differ by bf16 rounding
-/// flips, and where such a flip lands next to a quantization boundary the element moves by a
-/// whole fp8/fp4 step; a chained run carries that step into every later attention, and from the
-/// first quantized layer on the chained verdict fails whatever the kernels (measured at real
-/// dims: one fp8 step in L1.sa_kv grows to 14x the bar by L2). Reseeded, each step starts from
-/// the reference's inputs, so a capture over its bar is that step's own error. Chained mode
-/// stays available as the report of that drift.
+/// Why isolated on a real model: two correct implementations differ by bf16 rounding flips,
+/// and at real dims a chained run compounds them. A block's within-policy output flips feed the
+/// next block's hc mixes (Sinkhorn over 4 × 5120 terms), and where a flip lands next to an fp8
+/// (e4m3 KV latents) or fp4 (indexer keys) rounding boundary the element moves by a whole step,
+/// which every later attention reads. Measured on the synthesized real layout (4 filled
+/// layers, 8 tokens, 2 decode steps, lavapipe): block 0 within policy, then L1.attn_post at
+/// 1.57x its bar, one fp8 step in L1.sa_kv, 14x by L2; reseeded, 282 of 282 within policy.
+/// Reseeded, each step starts from the reference's inputs, so a capture over its bar is that
+/// step's own error. Chained mode stays available as the report of the drift.
 pub(super) fn default_mode(given: Option<ModeArg>, real_model: bool) -> (Mode, &'static str) {
     match (given, real_model) {
         (Some(ModeArg::Chained), _) => (Mode::Chained, "--mode chained"),
