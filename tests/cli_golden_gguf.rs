@@ -159,6 +159,17 @@ fn the_gpu_replays_within_policy_and_a_planted_fault_fails_first_at_its_capture(
     ];
     let (code, out, err) = run(&base);
     assert_eq!(code, 0, "{out}\n{err}");
+    // A golden recorded on a GGUF carries its seeds and replays isolated by default, every
+    // step reseeded; the routing hints come from the golden.
+    assert!(
+        out.contains("mode:    isolated (the default on a real model"),
+        "{out}"
+    );
+    assert!(!out.contains("NOT ISOLATED"), "{out}");
+    assert!(
+        out.contains("near ties resolved the golden's way: 0 row(s)"),
+        "{out}"
+    );
     let mut injected = base.to_vec();
     injected.extend(["--inject", "rope-sign@L2.sa_q"]);
     let (code, out, _) = run(&injected);
@@ -167,4 +178,53 @@ fn the_gpu_replays_within_policy_and_a_planted_fault_fails_first_at_its_capture(
         out.contains("first failure: prefill8 L2.sa_q (Block(2))"),
         "{out}"
     );
+    // Chained on request, also within policy at the tiny dims.
+    let mut chained = base.to_vec();
+    chained.extend(["--mode", "chained"]);
+    let (code, out, err) = run(&chained);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("mode:    chained (--mode chained)"), "{out}");
+}
+
+#[test]
+fn a_gguf_golden_stores_its_seeds_whole_and_samples_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gguf = tiny_gguf(dir.path(), "tiny.gguf", "ds4");
+    let stride = |g: &golden_lens::golden::Golden, regime: &str, name: &str| {
+        g.regime(regime)
+            .and_then(|r| r.captures.iter().find(|c| c.name == name))
+            .map(|c| c.stride)
+    };
+    let seeded = write_golden(&gguf, &dir.path().join("seeds.json"), &[]);
+    let g = golden_lens::golden::Golden::load(Path::new(&seeded)).expect("golden");
+    let last = g.fixture.raw["n_layers"].as_u64().expect("n_layers") as usize - 1;
+    for regime in ["prefill8", "decode8"] {
+        for name in [
+            "L1.h_in",
+            "L2.attn_in",
+            "L2.sa_kv",
+            "L3.moe_indices",
+            "L0.pre_mix_in",
+        ] {
+            assert_eq!(stride(&g, regime, name), Some(1), "{regime} {name}");
+        }
+        assert_eq!(
+            stride(&g, regime, &format!("L{last}.h_out")),
+            Some(1),
+            "the last block's output reseeds Final"
+        );
+    }
+    // Not seeds: sampled (a block's h_out is the next one's h_in, already whole). The decode
+    // regime's captures are too small to sample once per last-axis element.
+    for name in ["L2.sa_q", "L2.sa_o", "L1.h_out", "logits_full"] {
+        assert!(stride(&g, "prefill8", name) > Some(1), "{name}");
+    }
+    // `--full none` samples everything, and that golden cannot reseed: chained is the
+    // fallback for its steps, named in the report.
+    let sampled = write_golden(&gguf, &dir.path().join("none.json"), &["--full", "none"]);
+    let g = golden_lens::golden::Golden::load(Path::new(&sampled)).expect("golden");
+    assert!(stride(&g, "prefill8", "L1.h_in") > Some(1));
+    let (code, out, err) = run(&["check", "--golden", &sampled, "--gguf", &gguf, "--quiet"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("mode:    isolated"), "{out}");
 }

@@ -81,7 +81,12 @@ fn the_gpu_is_compared_with_the_live_oracle_and_an_injection_is_named() {
     let (code, out, err) = run(&base);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("0 outside, 0 missing"), "{out}");
-    assert!(out.contains("mode:    chained"), "{out}");
+    // A run on a real model's tokens is isolated unless asked otherwise.
+    assert!(out.contains("mode:    isolated (the default"), "{out}");
+    assert!(
+        out.contains("near ties resolved the oracle's way: 0 row(s)"),
+        "{out}"
+    );
     let mut injected = base.to_vec();
     injected.extend(["--inject", "rope-sign@L2.sa_q"]);
     let (code, out, _) = run(&injected);
@@ -90,6 +95,12 @@ fn the_gpu_is_compared_with_the_live_oracle_and_an_injection_is_named() {
         out.contains("first gpu divergence: prefill8 L2.sa_q (Block(2))"),
         "{out}"
     );
+    // Chained: each backend carries its own state; at the tiny dims still within policy.
+    let mut chained = base.to_vec();
+    chained.extend(["--mode", "chained"]);
+    let (code, out, err) = run(&chained);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("mode:    chained (--mode chained)"), "{out}");
     // Isolated: the GPU reseeded from the live oracle before every step, every step whole,
     // still within policy, and the injection still the first divergence.
     let mut isolated = base.to_vec();

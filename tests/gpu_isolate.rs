@@ -278,3 +278,102 @@ fn check_runs_both_backends_on_a_gguf_s_weights() {
     assert!(text.contains("weights: GGUF"), "{text}");
     assert!(text.contains("first local divergence: none"), "{text}");
 }
+
+/// The captures of regime 0 (prefill) run up to and including `Block(layer)` by `backend`,
+/// handing it `hints` just before that block.
+fn prefill_to_block(
+    g: &Golden,
+    backend: &mut dyn Backend,
+    layer: usize,
+    hints: Option<&golden_lens::model::hints::SelectionHints>,
+) -> Vec<golden_lens::model::Capture> {
+    use golden_lens::model::Step;
+    let inputs = session::regime_inputs(g).expect("inputs");
+    let (_, ids, start) = &inputs[0];
+    backend.begin(ids, *start).expect("begin");
+    let mut out = Vec::new();
+    for s in backend.steps() {
+        if s == Step::Block(layer) {
+            if let Some(h) = hints {
+                assert!(
+                    backend.hint(h).expect("hint"),
+                    "a reference-ties GPU takes hints"
+                );
+            }
+        }
+        let mut sink = Vec::new();
+        backend.run(s, &mut sink).expect("step");
+        out.extend(sink);
+        if s == Step::Block(layer) {
+            break;
+        }
+    }
+    out
+}
+
+fn ints(caps: &[golden_lens::model::Capture], name: &str) -> Vec<i64> {
+    match caps.iter().find(|c| c.name == name).map(|c| &c.values) {
+        Some(golden_lens::model::CaptureValues::I64(v)) => v.clone(),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_reference_ties_gpu_takes_a_hinted_routing_only_within_the_score_bar() {
+    use golden_lens::model::hints::{SelectionHints, NEAR_TIE_PREFIX};
+    if test_context("gpu_hints").is_none() {
+        return;
+    }
+    let g = load("ds41_tiny_golden.v3.json");
+    let layer = 2;
+    let moe = format!("L{layer}.moe_indices");
+    // The oracle's ranking of row 0: swap its k-th pick for the best expert it left out.
+    let mut oracle = session::oracle_for(&g).expect("oracle");
+    oracle.diagnostics = true;
+    let caps = prefill_to_block(&g, &mut oracle, layer, None);
+    let reference = ints(&caps, &moe);
+    let biased = match caps
+        .iter()
+        .find(|c| c.name == format!("diag.L{layer}.gate_biased"))
+        .map(|c| &c.values)
+    {
+        Some(golden_lens::model::CaptureValues::F32(v)) => v.clone(),
+        other => panic!("gate scores: {other:?}"),
+    };
+    let tokens = session::regime_inputs(&g).expect("inputs")[0].1.len();
+    let (k, ne) = (reference.len() / tokens, biased.len() / tokens);
+    assert!(k >= 1 && ne > k, "k {k} of {ne} experts");
+    let row0 = &biased[..ne];
+    let mut order: Vec<usize> = (0..ne).collect();
+    order.sort_by(|&a, &b| row0[b].total_cmp(&row0[a]));
+    let left_out = order[k] as i64;
+    let mut hint = reference.clone();
+    let last = hint[..k]
+        .iter()
+        .position(|&e| e == order[k - 1] as i64)
+        .expect("the k-th pick is in row 0");
+    hint[last] = left_out;
+    let margin = row0[order[k - 1]] - row0[order[k]];
+    assert!(margin > 0.0, "row 0 has no tie at its boundary");
+    let hints = |tol: f32| SelectionHints {
+        moe_indices: [(layer, hint.clone())].into_iter().collect(),
+        moe_score_tol: tol,
+    };
+    // Within the bar: row 0 takes the hint (and says so); the other rows keep the GPU's own.
+    let mut taken = gpu(&g, true, None);
+    let caps = prefill_to_block(&g, taken.as_mut(), layer, Some(&hints(2.0 * margin)));
+    assert_eq!(
+        ints(&caps, &moe),
+        hint,
+        "row 0 hinted, the rest equal the oracle's"
+    );
+    assert_eq!(ints(&caps, &format!("{NEAR_TIE_PREFIX}{moe}")), vec![0]);
+    // Under the margin: the GPU keeps its own routing and reports nothing.
+    let mut kept = gpu(&g, true, None);
+    let caps = prefill_to_block(&g, kept.as_mut(), layer, Some(&hints(0.5 * margin)));
+    assert_eq!(ints(&caps, &moe), reference);
+    assert!(caps.iter().all(|c| !c.name.starts_with(NEAR_TIE_PREFIX)));
+    // Without reference ties the GPU selects on the device and takes no hints.
+    let mut own = gpu(&g, false, None);
+    assert!(!own.hint(&hints(1.0)).expect("hint"));
+}

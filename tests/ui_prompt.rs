@@ -63,6 +63,9 @@ fn tiny_gguf_with_vocabulary(dir: &Path) -> PathBuf {
     bpe_common::tiny_gguf_with_vocabulary(dir, "tiny-bpe.gguf", &v, true)
 }
 
+/// The planted fault's error on one element of its capture.
+const PLANTED_ERROR: f32 = 0.125;
+
 /// The oracle (the live reference) and a second oracle named `cpu-test` with `faults` planted.
 fn with_test_backend(o: &mut AppOptions, faults: Vec<Fault>) {
     o.tokens_backends = Arc::new(move |gguf: &Path, layers| {
@@ -124,7 +127,9 @@ fn a_typed_prompt_runs_on_a_gguf_with_no_golden_beside_a_test_backend() {
     let mut o = AppOptions::cpu_only();
     with_test_backend(
         &mut o,
-        vec![Fault::parse(&format!("bitflip@{target}")).unwrap()],
+        // An error of 0.125 on one element: far over the two-ulp bar at attn_out's magnitude
+        // (its values are well under 1 here).
+        vec![Fault::parse(&format!("perturb={PLANTED_ERROR}@{target}")).unwrap()],
     );
     let mut h = run_typed_prompt(o, gguf);
 
@@ -139,6 +144,11 @@ fn a_typed_prompt_runs_on_a_gguf_with_no_golden_beside_a_test_backend() {
     h.get_by_label("Prompt ids: 3 tokens: 0 '<|begin_of_sentence|>' · 31 'the' · 35 'Ġlens'");
     h.get_by_label("No golden: the cpu oracle is the live reference");
     assert!(h.state().golden().is_none());
+    assert_eq!(
+        h.state().state().mode,
+        golden_lens::session::Mode::Isolated,
+        "a golden-less run is isolated by default, as on the command line"
+    );
 
     // One prefill regime over the ids, then the greedy decode step; every capture compared
     // cpu-test against the live oracle.

@@ -44,6 +44,28 @@ pub(super) fn print_triage(
     );
 }
 
+/// Print the selection rows backend `bi` of `record` resolved the reference's way (near ties
+/// under `--reference-ties`, see `golden_lens::model::hints`), one line per selection, then
+/// their total. Nothing when the run gave no hints.
+pub(super) fn print_near_ties(record: &session::run::RunRecord, bi: usize, against: &str) {
+    let Some(list) = record.near_ties.get(bi) else {
+        return;
+    };
+    for (regime, nt) in list {
+        println!(
+            "{regime:<10} {:<28} NEAR TIE: row(s) {:?} took {against}'s selection (the {}'s own scores rank it within the gate's f32 bar)",
+            nt.capture,
+            nt.rows,
+            record.backends.get(bi).map_or("backend", String::as_str),
+        );
+    }
+    let rows: usize = list.iter().map(|(_, nt)| nt.rows.len()).sum();
+    println!(
+        "near ties resolved {against}'s way: {rows} row(s) in {} selection capture(s)",
+        list.len()
+    );
+}
+
 pub(super) fn exit(ok: bool) -> ExitCode {
     if ok {
         ExitCode::SUCCESS

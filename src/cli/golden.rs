@@ -45,10 +45,12 @@ pub struct WriteArgs {
     /// Where to write the golden (atomically).
     #[arg(long)]
     out: std::path::PathBuf,
-    /// Which captures are stored whole: `v3` (the engram and L0 inputs), `all`, `none`, or a
-    /// comma-separated list of capture names.
-    #[arg(long, default_value = "v3")]
-    full: String,
+    /// Which captures are stored whole: `v3` (the engram and L0 inputs), `seeds` (what an
+    /// isolated replay reseeds every step from, and the MoE routing), `all`, `none`, or a
+    /// comma-separated list of capture names. Default: `v3` with --fixture, `seeds` with --gguf
+    /// (a real-model golden replays isolated by default, so it carries its seeds).
+    #[arg(long)]
+    full: Option<String>,
 }
 
 pub fn run(cmd: GoldenCmd) -> anyhow::Result<ExitCode> {
@@ -62,7 +64,7 @@ pub fn run(cmd: GoldenCmd) -> anyhow::Result<ExitCode> {
                          --gguf F instead of --fixture"
                     );
                 }
-                write(fixture, &a.out, &a.full)
+                write(fixture, &a.out, a.full.as_deref().unwrap_or("v3"))
             }
             (None, Some(gguf)) => write_gguf(gguf, &a),
             _ => anyhow::bail!("give --fixture G (a golden's model) or --gguf F (a GGUF's)"),
@@ -70,10 +72,15 @@ pub fn run(cmd: GoldenCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn full_captures(full: &str) -> anyhow::Result<golden_lens::session::writer::FullCaptures> {
+/// The `--full` value; `last_block` is the run's last block (for `seeds`).
+fn full_captures(
+    full: &str,
+    last_block: usize,
+) -> anyhow::Result<golden_lens::session::writer::FullCaptures> {
     use golden_lens::session::writer::FullCaptures;
     Ok(match full {
         "v3" => FullCaptures::V3,
+        "seeds" => FullCaptures::Seeds { last_block },
         "all" => FullCaptures::All,
         "none" => FullCaptures::None,
         list => {
@@ -83,7 +90,7 @@ fn full_captures(full: &str) -> anyhow::Result<golden_lens::session::writer::Ful
                 .filter(|n| !n.is_empty())
                 .collect();
             if names.is_empty() {
-                anyhow::bail!("--full {list}: expected v3, all, none or capture names");
+                anyhow::bail!("--full {list}: expected v3, seeds, all, none or capture names");
             }
             FullCaptures::Names(names)
         }
@@ -98,7 +105,6 @@ fn write_gguf(gguf: &Path, a: &WriteArgs) -> anyhow::Result<ExitCode> {
     use golden_lens::session::writer::{
         engram_tables_hash, write_gguf_golden, GgufIdentity, GgufRecording,
     };
-    let full = full_captures(&a.full)?;
     let run = open_run(&GgufRunArgs {
         gguf,
         tokens: a.tokens.as_deref(),
@@ -106,6 +112,11 @@ fn write_gguf(gguf: &Path, a: &WriteArgs) -> anyhow::Result<ExitCode> {
         layers: a.layers.as_deref(),
         cache_gib: a.cache_gib,
     })?;
+    let last_block = run
+        .model
+        .layers()
+        .map_or(run.model.cfg.n_layers.saturating_sub(1), |r| r.last());
+    let full = full_captures(a.full.as_deref().unwrap_or("seeds"), last_block)?;
     let recording = GgufRecording {
         identity: GgufIdentity::of(gguf)?,
         layers: run.model.layers().map(|r| r.first()..=r.last()),
@@ -163,8 +174,9 @@ fn write_gguf(gguf: &Path, a: &WriteArgs) -> anyhow::Result<ExitCode> {
 
 fn write(fixture: &Path, out: &Path, full: &str) -> anyhow::Result<ExitCode> {
     use golden_lens::session::writer::write_golden;
-    let full = full_captures(full)?;
     let golden = Golden::load(fixture)?;
+    let layers = super::model::golden_config(&golden)?.n_layers;
+    let full = full_captures(full, layers.saturating_sub(1))?;
     let mut oracle = golden_lens::session::oracle_for(&golden)?;
     let text = write_golden(&golden, &mut oracle, &full)?;
     golden_lens::session::export::write_atomic(out, text.as_bytes())?;

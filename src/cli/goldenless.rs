@@ -14,7 +14,7 @@ use golden_lens::session::export::write_atomic;
 use golden_lens::session::multi::{cross_json, triage_totals};
 use golden_lens::session::reference::TokensReference;
 use golden_lens::session::run::{KeepValues, RunRecord};
-use golden_lens::session::{CheckOptions, Mode, StepBackend, StepOutcome, Stepper};
+use golden_lens::session::{CheckOptions, StepBackend, StepOutcome, Stepper};
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
@@ -320,6 +320,7 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
         args.decode,
     );
     let regimes = reference.regimes.len();
+    let (mode, why) = super::check::default_mode(args.mode, true);
     let opts = CheckOptions {
         only: args
             .only
@@ -328,15 +329,13 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--only is not a valid regular expression: {e}"))?,
         invariants: Some(model.cfg.clone()),
-        // Isolated: every later backend's step is reseeded from the oracle's captures of the
-        // steps before it, so each step's own error is seen apart from the chain's.
-        mode: match args.mode {
-            super::check::ModeArg::Chained => Mode::Chained,
-            super::check::ModeArg::Isolated => Mode::Isolated,
-        },
+        // Isolated (the default here): every later backend's step is reseeded from the
+        // oracle's captures of the steps before it, so each step's own error is seen apart
+        // from the chain's.
+        mode,
         ..Default::default()
     };
-    println!("mode:    {}", opts.mode.label());
+    println!("mode:    {} ({why})", opts.mode.label());
     let mut gpu = gpu_backend(&model, args, with_gpu)?;
     let mut oracle = model.oracle_with_diagnostics();
     let mut backends: Vec<StepBackend<'_>> = vec![Box::new(&mut oracle)];
@@ -425,6 +424,9 @@ pub fn run(args: &CheckArgs, with_gpu: bool) -> anyhow::Result<ExitCode> {
         }
         if let Some((_, list)) = multi.triage_cross.first() {
             print_triage("gpu against the cpu oracle", list);
+        }
+        if args.reference_ties {
+            super::check_print::print_near_ties(&record, 1, "the oracle");
         }
         let c = multi.cross_summary(0);
         println!(

@@ -81,7 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 backend: None,
                 captures: None,
                 map: "canonical".into(),
-                mode: check::ModeArg::Chained,
+                mode: None,
                 only: None,
                 regime: None,
                 json: None,

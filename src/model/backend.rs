@@ -228,6 +228,13 @@ pub trait Backend {
         step: Step,
         reference: &dyn SeedTensors,
     ) -> Result<Vec<String>, BackendError>;
+    /// The reference's selections for the next step (`--reference-ties` against a reference):
+    /// a backend may resolve near ties the reference's way (see [`super::hints`]) and report
+    /// each such row. Returns false when the backend takes no hints (the default).
+    fn hint(&mut self, hints: &super::hints::SelectionHints) -> Result<bool, BackendError> {
+        let _ = hints;
+        Ok(false)
+    }
 }
 
 /// A borrowed backend is a backend: the stepper can drive `&mut oracle` while the caller keeps
@@ -254,5 +261,8 @@ impl<B: Backend + ?Sized> Backend for &mut B {
         reference: &dyn SeedTensors,
     ) -> Result<Vec<String>, BackendError> {
         (**self).seed(step, reference)
+    }
+    fn hint(&mut self, hints: &super::hints::SelectionHints) -> Result<bool, BackendError> {
+        (**self).hint(hints)
     }
 }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod engram;
 pub mod gguf_export;
 pub mod gguf_source;
+pub mod hints;
 pub mod layer_range;
 pub mod memory;
 pub mod params;

@@ -284,6 +284,12 @@ mod gpu_link {
         ) -> Result<Vec<String>, BackendError> {
             self.inner.seed(step, reference)
         }
+        fn hint(
+            &mut self,
+            hints: &crate::model::hints::SelectionHints,
+        ) -> Result<bool, BackendError> {
+            self.inner.hint(hints)
+        }
     }
 }
 

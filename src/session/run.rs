@@ -4,7 +4,7 @@
 //! against the first) are views of it, so `check` and the app judge a run from the same results.
 
 use super::invariants::Violation;
-use super::lockstep::{StepOutcome, Stepper};
+use super::lockstep::{NearTiesResolved, StepOutcome, Stepper};
 use super::multi::{CrossRow, MultiReport};
 use super::reference::ReferenceKind;
 use super::results::CaptureResult;
@@ -50,6 +50,8 @@ pub struct RunRecord {
     pub other_violations: Vec<Vec<(String, Violation)>>,
     /// Per backend (index 0 always empty): captures the first backend produced that it did not.
     pub cross_missing: Vec<Vec<(String, String)>>,
+    /// Per backend: `(regime, selection rows)` it resolved the reference's way (near ties).
+    pub near_ties: Vec<Vec<(String, NearTiesResolved)>>,
     pub timings: Vec<StepTiming>,
     keep: KeepValues,
 }
@@ -68,6 +70,7 @@ impl RunRecord {
             not_isolated: vec![Vec::new(); n],
             other_violations: vec![Vec::new(); n],
             cross_missing: vec![Vec::new(); n],
+            near_ties: vec![Vec::new(); n],
             timings: Vec::new(),
             keep,
         }
@@ -82,6 +85,11 @@ impl RunRecord {
                     step: o.step,
                     missing: ni.missing,
                 });
+            }
+        }
+        for nt in o.near_ties {
+            if let Some(list) = self.near_ties.get_mut(nt.backend) {
+                list.push((o.regime.clone(), nt));
             }
         }
         for (bi, names) in o.cross_missing {

@@ -15,6 +15,16 @@ pub const BF16_NEAR_TIE_REL: f32 = 1.0 / 128.0;
 /// Gate scores are f32 chains: a few f32 ulps of reduction-order noise.
 pub const F32_NEAR_TIE_REL: f32 = 1e-5;
 
+/// The absolute part of the routing near-tie bound: the gate's f32-chain bar at the model's
+/// dim (`f32_chain_tol(dim, 64)`, the bar `moe_weights` is held to: 1e-4 at the Atlas dims,
+/// 8.94e-4 at dim 5120). Two correct implementations may disagree on a gate score by that much,
+/// so experts whose reference scores are closer may swap; the same bar decides which hinted
+/// rows a backend takes ([`crate::model::hints`]).
+pub fn routing_near_tie_abs(cfg: &ModelConfig) -> f32 {
+    use crate::golden::policy::{f32_chain_tol, ATLAS_GATE_TERMS};
+    f32_chain_tol(cfg.dim, ATLAS_GATE_TERMS) as f32
+}
+
 /// Class of one disagreement (ordered by severity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TopkClass {
@@ -73,6 +83,9 @@ pub struct ScoreRows<'a> {
     pub width: usize,
     pub offset: i64,
     pub near_tie_rel: f32,
+    /// An absolute allowance added to the relative one (routing: the gate's f32-chain bar, the
+    /// disagreement two correct implementations may have on a score; 0 elsewhere).
+    pub near_tie_abs: f32,
 }
 
 impl ScoreRows<'_> {
@@ -85,7 +98,7 @@ impl ScoreRows<'_> {
     }
 }
 
-fn classify(a: Option<f32>, b: Option<f32>, rel: f32) -> (TopkClass, f32) {
+fn classify(a: Option<f32>, b: Option<f32>, rel: f32, abs: f32) -> (TopkClass, f32) {
     match (a, b) {
         (Some(x), Some(y))
             if x == y || (x.is_infinite() && y.is_infinite() && x.signum() == y.signum()) =>
@@ -94,7 +107,7 @@ fn classify(a: Option<f32>, b: Option<f32>, rel: f32) -> (TopkClass, f32) {
         }
         (Some(x), Some(y)) => {
             let gap = (x - y).abs();
-            if gap.is_finite() && gap <= rel * x.abs().max(y.abs()) {
+            if gap.is_finite() && gap <= rel * x.abs().max(y.abs()) + abs {
                 (TopkClass::NearTie, gap)
             } else {
                 (TopkClass::Real, gap)
@@ -156,12 +169,13 @@ pub fn triage_rows(
         by_score(&mut ref_only);
         by_score(&mut test_only);
         let rel = scores.map_or(0.0, |s| s.near_tie_rel);
+        let abs = scores.map_or(0.0, |s| s.near_tie_abs);
         let mut class = TopkClass::TieFlip;
         let mut gap = 0f32;
         let n = ref_only.len().max(test_only.len());
         for j in 0..n {
             let (c, g) = match (ref_only.get(j), test_only.get(j)) {
-                (Some(&x), Some(&y)) => classify(score(x), score(y), rel),
+                (Some(&x), Some(&y)) => classify(score(x), score(y), rel, abs),
                 // An unpaired pick: the other side chose a position that maps to -1; equal only if
                 // this pick's own score is -inf (a masked tie filler).
                 (Some(&x), None) | (None, Some(&x)) => match score(x) {
@@ -303,6 +317,7 @@ impl TriageState {
                 width: nb,
                 offset: 0,
                 near_tie_rel: BF16_NEAR_TIE_REL + upstream_rel_err,
+                near_tie_abs: 0.0,
             }),
         );
         t.downstream_of = self.flips.last().map(|(r, _, n)| format!("{r} {n}"));
@@ -379,6 +394,7 @@ impl TriageState {
                         width: cfg.n_routed_experts,
                         offset: 0,
                         near_tie_rel: F32_NEAR_TIE_REL + upstream_rel_err,
+                        near_tie_abs: routing_near_tie_abs(cfg),
                     }),
                     _ => None,
                 }
@@ -393,6 +409,7 @@ impl TriageState {
                     width: *w,
                     offset,
                     near_tie_rel: BF16_NEAR_TIE_REL + upstream_rel_err,
+                    near_tie_abs: 0.0,
                 })
             };
             let mut t = triage_rows(&rc.name, a, b, width, scores);
@@ -438,6 +455,7 @@ mod tests {
             width: 13,
             offset: 8,
             near_tie_rel: BF16_NEAR_TIE_REL,
+            near_tie_abs: 0.0,
         };
         let reference = [10, 11, 16, 18, 19, 20];
         let tie = [8, 10, 11, 18, 19, 20];
@@ -453,11 +471,35 @@ mod tests {
             width: 3,
             offset: 0,
             near_tie_rel: BF16_NEAR_TIE_REL,
+            near_tie_abs: 0.0,
         };
         let t = triage_rows("L0.moe_indices", &[1, 0], &[1, 2], 2, Some(s));
         assert_eq!(t.real, 1, "0.5 vs 0.1 is real");
         let t = triage_rows("L0.moe_indices", &[1], &[0], 1, Some(s));
         assert_eq!(t.near_ties, 1);
         assert!(t.details[0].boundary_margin.is_some());
+    }
+
+    #[test]
+    fn routing_near_ties_allow_the_gates_f32_bar_on_top_of_the_relative_one() {
+        let cfg = ModelConfig::deepseek_v41_flash();
+        let abs = routing_near_tie_abs(&cfg);
+        assert!((abs - 8.944e-4).abs() < 1e-6, "{abs}");
+        // 0.5 vs 0.5 - 0.8 abs: near; 0.5 vs 0.5 - 1.2 abs: real.
+        for (gap, class) in [
+            (0.8 * abs, TopkClass::NearTie),
+            (1.2 * abs, TopkClass::Real),
+        ] {
+            let scores = [0.5f32, 0.5 - gap, 0.1];
+            let s = ScoreRows {
+                scores: &scores,
+                width: 3,
+                offset: 0,
+                near_tie_rel: F32_NEAR_TIE_REL,
+                near_tie_abs: abs,
+            };
+            let t = triage_rows("L3.moe_indices", &[0], &[1], 1, Some(s));
+            assert_eq!(t.details[0].class, class, "gap {gap}");
+        }
     }
 }

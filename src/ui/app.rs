@@ -107,6 +107,7 @@ impl GoldenLensApp {
             progress: Progress::default(),
             run_clock: RunClock::default(),
             mode: Mode::Chained,
+            mode_chosen: false,
             strict: false,
             run_to_layer: 0,
             selected: None,

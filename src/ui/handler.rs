@@ -88,7 +88,10 @@ impl GoldenLensApp {
             },
             UiCommand::Run(req) => {
                 match req {
-                    Request::SetMode(m) => s.mode = m,
+                    Request::SetMode(m) => {
+                        s.mode = m;
+                        s.mode_chosen = true;
+                    }
                     Request::SetStrict(st) => s.strict = st,
                     _ => {}
                 }
@@ -420,6 +423,11 @@ impl GoldenLensApp {
         let s = &mut self.state;
         s.preparing = false;
         s.golden = None;
+        // A run on a real model's tokens is isolated unless the user chose otherwise (the
+        // CLI's default for the same run).
+        if !s.mode_chosen {
+            s.mode = crate::session::Mode::Isolated;
+        }
         let maker = s.options.tokens_backends.clone();
         let (gguf, layers) = (run.gguf.clone(), run.layers.clone());
         let factory: BackendFactory = Box::new(move || maker(&gguf, layers.clone()));

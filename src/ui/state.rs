@@ -232,6 +232,9 @@ pub struct AppState {
     pub progress: Progress,
     pub run_clock: RunClock,
     pub mode: Mode,
+    /// The user picked `mode` (the radio buttons): a golden-less run then keeps it instead of
+    /// its own default, isolated (as `check --tokens` does; see `cli::check::default_mode`).
+    pub mode_chosen: bool,
     pub strict: bool,
     pub run_to_layer: usize,
     pub selected: Option<usize>,

@@ -86,6 +86,8 @@ pub struct GpuBackend {
     current: HashMap<String, Vec<f32>>,
     /// Selections forced for the current forward (counterfactual pinning).
     pins: Pins,
+    /// The reference's selections for the next step (near ties, `--reference-ties`).
+    hints: crate::model::hints::SelectionHints,
     /// The dispatches behind each capture, per forward since creation (kernel provenance).
     provenance: Vec<HashMap<String, CaptureProvenance>>,
     /// Seconds spent in `run`, per step kind (reports).
@@ -164,6 +166,7 @@ impl GpuBackend {
             previous: HashMap::new(),
             current: HashMap::new(),
             pins: Pins::default(),
+            hints: Default::default(),
             provenance: Vec::new(),
             run_seconds: 0.0,
             kernel_use: Default::default(),
@@ -295,6 +298,7 @@ impl Backend for GpuBackend {
         self.pre_mix = None;
         // Pins hold for one forward; `pin` after `begin` sets them.
         self.pins = Pins::default();
+        self.hints = Default::default();
         Ok(())
     }
 
@@ -320,6 +324,8 @@ impl Backend for GpuBackend {
             Step::Final => self.step_final(step),
         };
         let r = r.and_then(|()| self.finish(step, sink));
+        // Hints hold for the one step they were given for.
+        self.hints = Default::default();
         self.run_seconds += t0.elapsed().as_secs_f64();
         let used = self.kernel_use.entry(step).or_default();
         for (fam, n) in &self.gpu.family_dispatches {
@@ -332,6 +338,15 @@ impl Backend for GpuBackend {
 
     fn pin(&mut self, pins: &Pins) -> Result<bool, BackendError> {
         self.pins = pins.clone();
+        Ok(true)
+    }
+
+    /// Taken only under `reference_ties`, where the routing is chosen on the host.
+    fn hint(&mut self, hints: &crate::model::hints::SelectionHints) -> Result<bool, BackendError> {
+        if !self.opts.reference_ties {
+            return Ok(false);
+        }
+        self.hints = hints.clone();
         Ok(true)
     }
 

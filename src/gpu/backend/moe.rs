@@ -6,6 +6,7 @@ use crate::gpu::exec::Tensor;
 use crate::gpu::gemm::linear;
 use crate::gpu::moe;
 use crate::gpu::rows::{add_round, gather_rows, scatter_add};
+use crate::model::hints::{adopt_near_ties, NEAR_TIE_PREFIX};
 use crate::model::{BackendError, Capture, CaptureDtype, Step};
 use crate::num::torch_cpu_topk_order;
 
@@ -36,7 +37,25 @@ impl GpuBackend {
         } else if self.opts.reference_ties {
             let sc = self.gpu.read_all(&scores).map_err(&e)?;
             let b = self.host_w(step, &format!("{p}.gate.bias"), &[ne])?;
-            Some(host_selection(&sc, &b, k))
+            let mut sel = host_selection(&sc, &b, k);
+            if let Some(hint) = self.hints.moe_indices.get(&l).filter(|h| h.len() == s * k) {
+                let biased: Vec<f32> = sc
+                    .chunks(ne.max(1))
+                    .flat_map(|row| row.iter().zip(b.iter()).map(|(a, b)| a + b))
+                    .collect();
+                let mut own: Vec<i64> = sel.iter().map(|&x| x as i64).collect();
+                let tol = self.hints.moe_score_tol;
+                let rows = adopt_near_ties(&mut own, hint, &biased, ne, k, tol);
+                if !rows.is_empty() {
+                    sel = own.iter().map(|&x| x as f32).collect();
+                    self.cap_host(Capture::int(
+                        format!("{NEAR_TIE_PREFIX}L{l}.moe_indices"),
+                        vec![rows.len()],
+                        rows.iter().map(|&r| r as i64).collect(),
+                    ));
+                }
+            }
+            Some(sel)
         } else {
             None
         };

@@ -25,6 +25,7 @@ use super::reference::{RecordedRegime, RecordedRun, ReferenceKind, SharedReferen
 use super::results::CaptureResult;
 use super::triage::TriageState;
 use super::{CheckOptions, Mode, SessionError};
+use crate::model::hints::{SelectionHints, NEAR_TIE_PREFIX};
 use crate::model::{Backend, Capture, CaptureValues, ModelConfig, SeedTensors, Step};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -35,6 +36,18 @@ pub type BoxedBackend = Box<dyn Backend + Send>;
 /// Prefix of the audit captures a backend emits to report its tie rule's deviations from the
 /// torch rule (never compared, never shown).
 pub const TIE_AUDIT_PREFIX: &str = "tieflip.";
+
+/// Rows of one selection a backend resolved the reference's way (a near tie under its own
+/// scores; see [`crate::model::hints`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearTiesResolved {
+    /// Index of the backend.
+    pub backend: usize,
+    /// The selection capture (`L3.moe_indices`).
+    pub capture: String,
+    /// Its rows (tokens) that took the reference's selection.
+    pub rows: Vec<usize>,
+}
 
 /// A step whose inputs could not all be reseeded in isolated mode, and why.
 #[derive(Debug, Clone)]
@@ -67,6 +80,9 @@ pub struct StepOutcome {
     pub other_violations: Vec<(String, Violation)>,
     /// Backends that could not be fully reseeded before this step (isolated mode).
     pub not_isolated: Vec<NotIsolated>,
+    /// Selections a later backend resolved the reference's way in this step (near ties,
+    /// `near_tie_hints`).
+    pub near_ties: Vec<NearTiesResolved>,
     /// Per later backend `i` (index into the backend list): captures the first backend produced
     /// in this step that backend `i` did not.
     pub cross_missing: Vec<(usize, Vec<String>)>,
@@ -352,6 +368,7 @@ impl<'a> Stepper<'a> {
                 results: Vec::new(),
                 other_violations: Vec::new(),
                 not_isolated: Vec::new(),
+                near_ties: Vec::new(),
                 cross_missing: Vec::new(),
                 seconds: Vec::new(),
                 regime_end: Some(end),
@@ -363,6 +380,7 @@ impl<'a> Stepper<'a> {
         let n = self.backends.len();
         let mut caps: Vec<Vec<Capture>> = Vec::with_capacity(n);
         let mut not_isolated = Vec::new();
+        let mut near_ties = Vec::new();
         let mut seconds = Vec::with_capacity(n);
         for bi in 0..n {
             if self.opts.mode == Mode::Isolated && !(self.live() && bi == 0) {
@@ -374,6 +392,12 @@ impl<'a> Stepper<'a> {
                     });
                 }
             }
+            // A recorded reference is every backend's reference; a live one is backend 0.
+            if (bi > 0 || !self.live()) && self.opts.near_tie_hints {
+                let hints = self.hints_for(step, caps.first().map_or(&[][..], Vec::as_slice));
+                let r = self.backends[bi].hint(&hints);
+                r.map_err(self.berr(bi))?;
+            }
             let t0 = Instant::now();
             let mut c = Vec::new();
             let r = self.backends[bi].run(step, &mut c);
@@ -381,6 +405,16 @@ impl<'a> Stepper<'a> {
             seconds.push(t0.elapsed().as_secs_f64());
             let (audits, deviations) = (&mut self.audits[bi], &mut self.deviations[bi]);
             c.retain(|cap| {
+                if let Some(rest) = cap.name.strip_prefix(NEAR_TIE_PREFIX) {
+                    if let CaptureValues::I64(rows) = &cap.values {
+                        near_ties.push(NearTiesResolved {
+                            backend: bi,
+                            capture: rest.to_string(),
+                            rows: rows.iter().map(|&r| r.max(0) as usize).collect(),
+                        });
+                    }
+                    return false;
+                }
                 let Some(rest) = cap.name.strip_prefix(TIE_AUDIT_PREFIX) else {
                     return true;
                 };
@@ -416,10 +450,47 @@ impl<'a> Stepper<'a> {
             results,
             other_violations,
             not_isolated,
+            near_ties,
             cross_missing,
             seconds,
             regime_end,
         }))
+    }
+
+    /// The reference's selections for `step` (its MoE routing), from the reference backend's
+    /// captures of the step just run (`reference_caps`, a live reference) or the recorded
+    /// reference's whole tensor; the near-tie bar is the gate's f32-chain bar at the model's
+    /// dims.
+    fn hints_for(&self, step: Step, reference_caps: &[Capture]) -> SelectionHints {
+        use crate::golden::policy::{f32_chain_tol, ATLAS_GATE_TERMS};
+        let mut hints = SelectionHints {
+            moe_score_tol: self.cfg.as_ref().map_or(
+                f32_chain_tol(ATLAS_GATE_TERMS, ATLAS_GATE_TERMS) as f32,
+                super::triage::routing_near_tie_abs,
+            ),
+            ..Default::default()
+        };
+        let Step::Block(l) = step else {
+            return hints;
+        };
+        let name = format!("L{l}.moe_indices");
+        let routing = if self.live() {
+            reference_caps
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| match &c.values {
+                    CaptureValues::I64(v) => Some(v.clone()),
+                    _ => None,
+                })
+        } else {
+            self.reference
+                .seeds(self.regime)
+                .and_then(|s| s.full_i64(0, &name))
+        };
+        if let Some(v) = routing {
+            hints.moe_indices.insert(l, v);
+        }
+        hints
     }
 
     fn seed(&mut self, bi: usize, step: Step) -> Result<Vec<String>, SessionError> {
@@ -504,6 +575,77 @@ mod tests {
             .expect("stepper");
         // Before the first regime begins (and, the same code path, after each one ends).
         assert_eq!(stepper.steps_total(), Some(ranged * regimes));
+    }
+
+    /// The oracle, recording every hint it is handed (and taking none).
+    struct Hinted {
+        inner: crate::oracle::Oracle,
+        got: std::sync::Arc<std::sync::Mutex<Vec<SelectionHints>>>,
+    }
+
+    impl Backend for Hinted {
+        fn name(&self) -> String {
+            "hinted".into()
+        }
+        fn begin(&mut self, ids: &[i64], sp: usize) -> Result<(), crate::model::BackendError> {
+            self.inner.begin(ids, sp)
+        }
+        fn steps(&self) -> Vec<Step> {
+            self.inner.steps()
+        }
+        fn run(
+            &mut self,
+            step: Step,
+            sink: &mut Vec<Capture>,
+        ) -> Result<(), crate::model::BackendError> {
+            self.inner.run(step, sink)
+        }
+        fn seed(
+            &mut self,
+            step: Step,
+            reference: &dyn SeedTensors,
+        ) -> Result<Vec<String>, crate::model::BackendError> {
+            self.inner.seed(step, reference)
+        }
+        fn hint(&mut self, hints: &SelectionHints) -> Result<bool, crate::model::BackendError> {
+            self.got.lock().expect("hints").push(hints.clone());
+            Ok(false)
+        }
+    }
+
+    #[test]
+    fn a_recorded_reference_hints_every_backend_with_its_routing() {
+        use crate::session::reference::GoldenReference;
+        let golden = crate::golden::embedded::default_golden().expect("embedded golden");
+        let reference: SharedReference = std::sync::Arc::new(
+            GoldenReference::new(std::sync::Arc::new(golden.clone())).expect("reference"),
+        );
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let backend = Hinted {
+            inner: crate::session::oracle_for(&golden).expect("oracle"),
+            got: got.clone(),
+        };
+        let opts = CheckOptions {
+            stop_after_regime: Some(golden.regimes[0].name.clone()),
+            ..CheckOptions::default()
+        };
+        let mut stepper = Stepper::new(reference, vec![Box::new(backend)], opts).expect("stepper");
+        stepper.run_to_end(|_| {}).expect("run");
+        let got = got.lock().expect("hints");
+        let regime = &golden.regimes[0];
+        let cfg = crate::session::model_of(&golden).expect("config").0;
+        // One hint per step; each block's carries the golden's whole routing of that block.
+        let blocks: Vec<&SelectionHints> =
+            got.iter().filter(|h| !h.moe_indices.is_empty()).collect();
+        assert_eq!(blocks.len(), cfg.n_layers, "{got:?}");
+        for (l, h) in blocks.iter().enumerate() {
+            let want = regime
+                .get(&format!("L{l}.moe_indices"))
+                .and_then(|c| c.full_i64())
+                .expect("whole routing in the golden");
+            assert_eq!(h.moe_indices.get(&l), Some(&want), "L{l}");
+            assert_eq!(h.moe_score_tol, crate::golden::policy::F32_TOL as f32);
+        }
     }
 
     #[test]

@@ -29,6 +29,13 @@ pub enum FullCaptures {
     V3,
     /// Every capture (a `-full` golden for isolated checks).
     All,
+    /// What an isolated replay reseeds each step from (the tensors [`crate::model::seed`]
+    /// reads: ids and hashes, every block's stream and pre-mix inputs, the last block's
+    /// outputs, attention inputs, window rings, compressed-KV and index-key rows, the shared
+    /// selection slots) and the MoE routing the near-tie hints hand on; the rest sampled.
+    /// `last_block` is the run's last block, whose `h_out` reseeds `Final` (every other
+    /// block's `h_out` is the next one's `h_in`).
+    Seeds { last_block: usize },
     /// These captures by name.
     Names(Vec<String>),
 }
@@ -49,9 +56,32 @@ impl FullCaptures {
             FullCaptures::None => false,
             FullCaptures::V3 => V3.contains(&name),
             FullCaptures::All => true,
+            FullCaptures::Seeds { last_block } => is_seed_capture(name, *last_block),
             FullCaptures::Names(names) => names.iter().any(|n| n == name),
         }
     }
+}
+
+/// Does an isolated replay reseed from capture `name` (or hand it on as a near-tie hint), in a
+/// run whose last block is `last_block`?
+pub fn is_seed_capture(name: &str, last_block: usize) -> bool {
+    let n = crate::golden::names::parse_capture_name(name);
+    matches!(
+        n.base.as_str(),
+        "input_ids"
+            | "engram_hashes"
+            | "engram_hash_ids"
+            | "engram_in"
+            | "h_in"
+            | "pre_mix_in"
+            | "pre_mix_out"
+            | "attn_in"
+            | "sa_kv"
+            | "compress_kv"
+            | "index_k"
+            | "moe_indices"
+    ) || (n.shared && matches!(n.base.as_str(), "topk_idxs" | "candidates"))
+        || (n.base == "h_out" && n.layer == Some(last_block))
 }
 
 /// Smallest prime >= max(2, k).
