@@ -63,11 +63,12 @@ impl DirectKind {
     }
 }
 
-/// Whether this CPU has every feature the direct kernels use (AVX-512 F, BW, VBMI and BF16,
-/// F16C).
+/// Whether this CPU has every feature the direct kernels use (AVX-512 F, BW, VL, VBMI and
+/// BF16, F16C).
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vbmi")
         && is_x86_feature_detected!("avx512bf16")
         && is_x86_feature_detected!("f16c")
@@ -498,20 +499,44 @@ fn q3k_levels() -> [f32; 16] {
     std::hint::black_box(std::array::from_fn(|i| (i % 8) as f32 - 4.0))
 }
 
-/// One Q3_K row block's per-group `dl = d · sc` (the sixteen 6-bit scales, d by F16C).
+/// One Q3_K row block's per-group `dl = d · sc` (d by F16C): the sixteen 6-bit scales
+/// unpacked in registers as `kquants::q3_k_scales` does (low nibbles of bytes 0..8, then their
+/// high nibbles; two high bits from bytes 8..12, at `2·(i / 4)`; minus 32).
 ///
 /// # Safety
-/// AVX-512F and F16C must be present; `b` must be a whole Q3_K block.
+/// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q3_K block.
 #[inline(always)]
 unsafe fn q3k_scales(b: &[u8]) -> __m512 {
-    let sc = kquants::q3_k_scales(&b[96..108]);
-    // SAFETY: `sc` is 16 readable bytes.
-    let sc = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
-    let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
-    let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
-        b[108], b[109],
-    ]))));
-    _mm512_mul_ps(_mm512_broadcastss_ps(d), sc)
+    debug_assert_eq!(b.len(), kquants::Q3_K_BLOCK_BYTES);
+    // SAFETY (whole body): the scales are bytes 96..108 of the block, read by a masked load.
+    unsafe {
+        let s = _mm_maskz_loadu_epi8(0x0fff, b.as_ptr().add(96).cast());
+        let nib = _mm_set1_epi8(0x0f);
+        let rep = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let low = _mm_mask_blend_epi8(
+            0xff00,
+            _mm_and_si128(rep, nib),
+            _mm_and_si128(_mm_srli_epi16::<4>(rep), nib),
+        );
+        let hs = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11),
+        );
+        let mut high = hs;
+        high = _mm_mask_blend_epi8(0x00f0, high, _mm_srli_epi16::<2>(hs));
+        high = _mm_mask_blend_epi8(0x0f00, high, _mm_srli_epi16::<4>(hs));
+        high = _mm_mask_blend_epi8(0xf000, high, _mm_srli_epi16::<6>(hs));
+        let high = _mm_slli_epi16::<4>(_mm_and_si128(high, _mm_set1_epi8(3)));
+        let sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+        let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
+        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
+            b[108], b[109],
+        ]))));
+        _mm512_mul_ps(_mm512_broadcastss_ps(d), sc)
+    }
 }
 
 /// Q3_K chunk (one block a row): each pair's sixteen group tables (`dl · (code − 4)` for the
@@ -520,9 +545,9 @@ unsafe fn q3k_scales(b: &[u8]) -> __m512 {
 /// permute.
 ///
 /// # Safety
-/// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q3k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     _kcl: usize,
@@ -660,21 +685,47 @@ unsafe fn q4k_tables<const ROUND: bool>(
 }
 
 /// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `(d1, m1)`:
-/// `d · sc` and `dmin · m` in f32, as the decoder computes them.
+/// `d · sc` and `dmin · m` in f32, as the decoder computes them, the 6-bit scales and mins
+/// unpacked in registers as `kquants::scale_min_k4` does (groups 0..4: the low six bits of
+/// bytes 0..4 and 4..8; groups 4..8: a nibble of bytes 8..12 and the top two bits of bytes
+/// 0..4 and 4..8).
 ///
 /// # Safety
-/// F16C must be present; `b` must be a whole Q4_K block.
+/// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q4_K block.
 #[inline(always)]
 unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
-    let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
-        b[0], b[1], b[2], b[3],
-    ])));
-    let d = _mm_cvtss_f32(dd);
-    let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-    std::array::from_fn(|g| {
-        let (sc, m) = kquants::scale_min_k4(g, &b[4..16]);
-        (d * f32::from(sc), dmin * f32::from(m))
-    })
+    debug_assert_eq!(b.len(), kquants::Q4_K_BLOCK_BYTES);
+    // SAFETY (whole body): the scales are bytes 4..16 of the block, read by a masked load.
+    unsafe {
+        let s = _mm_maskz_loadu_epi8(0x0fff, b.as_ptr().add(4).cast());
+        // Bytes 0..8: the scales' sources, 8..16: the mins'.
+        let p = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+        );
+        let q = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+        );
+        // The top two bits of `q` as bits 4, 5.
+        let top = _mm_and_si128(_mm_srli_epi16::<2>(q), _mm_set1_epi8(0x30));
+        let nib = _mm_set1_epi8(0x0f);
+        let six = _mm_and_si128(p, _mm_set1_epi8(63));
+        let sc_hi = _mm_or_si128(_mm_and_si128(p, nib), top);
+        let m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16::<4>(p), nib), top);
+        let v = _mm_mask_blend_epi8(0xf000, _mm_mask_blend_epi8(0x00f0, six, sc_hi), m_hi);
+        let scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        let mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)));
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+            b[0], b[1], b[2], b[3],
+        ])));
+        let d = _mm256_broadcastss_ps(dd);
+        let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+        let (mut d1, mut m1) = ([0f32; 8], [0f32; 8]);
+        _mm256_storeu_ps(d1.as_mut_ptr(), _mm256_mul_ps(d, scf));
+        _mm256_storeu_ps(m1.as_mut_ptr(), _mm256_mul_ps(dmin, mf));
+        std::array::from_fn(|g| (d1[g], m1[g]))
+    }
 }
 
 /// Q4_K chunk (one block a row): per 64 columns (two groups, the low and high nibbles of the
@@ -683,9 +734,9 @@ unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
 /// both rows' weights.
 ///
 /// # Safety
-/// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q4k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     _kcl: usize,
