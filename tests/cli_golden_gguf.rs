@@ -178,6 +178,13 @@ fn the_gpu_replays_within_policy_and_a_planted_fault_fails_first_at_its_capture(
         out.contains("first failure: prefill8 L2.sa_q (Block(2))"),
         "{out}"
     );
+    // The fault moves L2's gate scores: a routing row its scores leave within the bar of the
+    // golden's is resolved the golden's way, and the report says it came after the failure.
+    assert!(
+        out.contains("L2.moe_indices               NEAR TIE: row(s)")
+            && out.contains("[after the failure at prefill8 L2.sa_q]"),
+        "{out}"
+    );
     // Chained on request, also within policy at the tiny dims.
     let mut chained = base.to_vec();
     chained.extend(["--mode", "chained"]);

@@ -51,12 +51,27 @@ pub(super) fn print_near_ties(record: &session::run::RunRecord, bi: usize, again
     let Some(list) = record.near_ties.get(bi) else {
         return;
     };
+    let name = record.backends.get(bi).map_or("backend", String::as_str);
+    // A backend's failure anywhere: against the recorded reference or the first backend.
+    let fails = |r: &session::results::CaptureResult| {
+        r.per_backend
+            .iter()
+            .any(|b| b.backend == name && b.vs_golden.as_ref().is_some_and(|c| !c.pass))
+            || r.cross.iter().any(|x| x.test == name && !x.ok())
+    };
     for (regime, nt) in list {
+        // Scores downstream of a failure are not noise: say so beside the row.
+        let at = record
+            .results
+            .iter()
+            .position(|r| r.regime == *regime && r.name == nt.capture);
+        let upstream = at
+            .and_then(|i| record.results[..i].iter().find(|r| fails(r)))
+            .map(|r| format!(" [after the failure at {} {}]", r.regime, r.name))
+            .unwrap_or_default();
         println!(
-            "{regime:<10} {:<28} NEAR TIE: row(s) {:?} took {against}'s selection (the {}'s own scores rank it within the gate's f32 bar)",
-            nt.capture,
-            nt.rows,
-            record.backends.get(bi).map_or("backend", String::as_str),
+            "{regime:<10} {:<28} NEAR TIE: row(s) {:?} took {against}'s selection (the {name}'s own scores rank it within the gate's f32 bar){upstream}",
+            nt.capture, nt.rows,
         );
     }
     let rows: usize = list.iter().map(|(_, nt)| nt.rows.len()).sum();
