@@ -123,6 +123,14 @@ impl<'a> StoredMatrix<'a> {
             .then(|| &self.bytes[rows.start * self.row_bytes..rows.end * self.row_bytes])
     }
 
+    /// The stored bytes of rows `rows` (consecutive, whole rows of blocks), without the
+    /// prefetch [`StoredMatrix::blocks`] issues: for kernels that walk a panel of rows chunk
+    /// by chunk and prefetch on their own schedule. `None` for rows outside the matrix.
+    pub fn rows_bytes(&self, rows: std::ops::Range<usize>) -> Option<&[u8]> {
+        (rows.start <= rows.end && rows.end <= self.rows)
+            .then(|| &self.bytes[rows.start * self.row_bytes..rows.end * self.row_bytes])
+    }
+
     /// The stored bytes (what a GEMM over this matrix reads).
     pub fn byte_len(&self) -> usize {
         self.bytes.len()

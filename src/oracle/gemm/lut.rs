@@ -457,7 +457,7 @@ mod tests {
         let scale_at = match ty {
             GgmlType::Q2K => Some(80),
             GgmlType::Q3K => Some(108),
-            GgmlType::Q4K | GgmlType::Iq2Xxs => Some(0),
+            GgmlType::Q4K | GgmlType::Iq2Xxs | GgmlType::Q8_0 => Some(0),
             _ => None,
         };
         if let Some(at) = scale_at {
@@ -547,4 +547,124 @@ mod tests {
 
     /// Input rows of the fused kernels.
     const MR_ROWS: usize = super::super::MR;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn mxfp4_tables_are_already_bf16_for_every_exponent() {
+        assert!((0..=255u8).all(super::super::x86_direct::mxfp4_tables_are_bf16));
+    }
+
+    /// The direct kernels against the definition (the decoder's values, widened, summed lane
+    /// by lane in increasing step; the packed panel of those values): the K-quants and Q8_0 with NaN (quiet and signalling), infinite,
+    /// zero and subnormal scales, MXFP4 over every E8M0 exponent (the f64 and the f32 table
+    /// routes), MXFP4 and Q8_0 also in ragged chunks, with and without bf16 rounding, for 1 to
+    /// `MR` input rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn direct_kernels_match_the_definition() {
+        use super::super::x86_direct::{chunk, expand, supported, DirectKind};
+        if !supported() {
+            return;
+        }
+        let x: Vec<f64> = (0..MR_ROWS * KC)
+            .map(|i| f64::from(crate::num::bf16_round((i as f32 * 0.37).sin() * 3.0)))
+            .collect();
+        for ty in [
+            GgmlType::Q2K,
+            GgmlType::Q4K,
+            GgmlType::Mxfp4,
+            GgmlType::Q8_0,
+        ] {
+            let dk = DirectKind::of(ty).expect("direct kind");
+            let (_, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
+            for round in [false, true] {
+                // 8 chunks of NR rows.
+                let cols = 8 * KC;
+                let sm = matrix(ty, NR, cols, round);
+                let mut all: Vec<u8> = (0..NR)
+                    .flat_map(|q| sm.blocks(q, 0, cols).to_vec())
+                    .collect();
+                let mut put = |block: usize, at: usize, v: u16| {
+                    all[block * bb + at..block * bb + at + 2].copy_from_slice(&v.to_le_bytes())
+                };
+                match ty {
+                    GgmlType::Mxfp4 => {}
+                    // Past `matrix`'s NaN and infinity: a signalling NaN, a negative NaN,
+                    // signed zeros, an f16 subnormal.
+                    _ => {
+                        let (d, d2) = match ty {
+                            GgmlType::Q2K => (80, 82),
+                            GgmlType::Q3K => (108, 108),
+                            GgmlType::Q4K => (0, 2),
+                            _ => (0, 0),
+                        };
+                        put(2, d, 0x7c01);
+                        put(3, d2, 0xfe00);
+                        put(4, d, 0x0000);
+                        put(5, d2, 0x8000);
+                        put(6, d, 0x0001);
+                    }
+                }
+                if ty == GgmlType::Mxfp4 {
+                    // Block i's exponent runs through every value, in every row position.
+                    for (i, b) in all.chunks_exact_mut(bb).enumerate() {
+                        b[0] = (i * 7 % 256) as u8;
+                    }
+                }
+                let sm =
+                    StoredMatrix::new("w", ty, NR, cols, Cow::Owned(all), round).expect("valid");
+                let kcls: &[usize] = match dk {
+                    DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => &[KC],
+                    _ => &[KC, 32, 96, 224],
+                };
+                for kc0 in (0..cols).step_by(KC) {
+                    for &kcl in kcls {
+                        let mut w = vec![0f32; NR * kcl];
+                        for (q, row) in w.chunks_exact_mut(kcl).enumerate() {
+                            sm.decode(q, kc0, row);
+                        }
+                        let rows: [&[u8]; NR] = std::array::from_fn(|q| sm.blocks(q, kc0, kcl));
+                        let mut wp = vec![0f64; kcl / 4 * PANEL_STEP];
+                        expand(dk, round, &rows, kcl, &mut wp);
+                        let panel_ok = (0..kcl / 4).all(|s| {
+                            (0..NR * 4).all(|qj| {
+                                let want = f64::from(w[qj / 4 * kcl + 4 * s + qj % 4]);
+                                wp[s * PANEL_STEP + qj].to_bits() == want.to_bits()
+                            })
+                        });
+                        assert!(
+                            panel_ok,
+                            "{} round {round} chunk {kc0} kcl {kcl} panel",
+                            ty.name()
+                        );
+                        for mr in 1..=MR_ROWS {
+                            let mut want = vec![0.5f64; mr * PANEL_STEP];
+                            let mut got = want.clone();
+                            for r in 0..mr {
+                                for q in 0..NR {
+                                    for j in 0..4 {
+                                        let acc = &mut want[r * PANEL_STEP + 4 * q + j];
+                                        for s in 0..kcl / 4 {
+                                            *acc += x[r * KC + 4 * s + j]
+                                                * f64::from(w[q * kcl + 4 * s + j]);
+                                        }
+                                    }
+                                }
+                            }
+                            chunk(dk, round, &rows, kcl, mr, (&x, KC), &mut got);
+                            let same = want
+                                .iter()
+                                .zip(&got)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(
+                                same,
+                                "{} round {round} chunk {kc0} kcl {kcl} rows {mr}",
+                                ty.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

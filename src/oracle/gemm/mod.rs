@@ -1,9 +1,10 @@
 //! The oracle's GEMM, `y[m, n] = x[m, k] · w[n, k]^T`: cache-blocked, SIMD microkernels chosen at
 //! run time (AVX-512, AVX2 + FMA, NEON, or portable Rust), rayon over blocks of outputs, and
 //! weights either as f32 values or as the file's own blocks ([`StoredMatrix`], never a whole f32
-//! copy of the matrix: a panel's rows are decoded into a small buffer, and the expert types
-//! Q2_K, Q3_K, Q4_K, IQ2_XXS and MXFP4 go chunk by chunk through per-group lookup tables,
-//! looked up in registers right before the FMAs on AVX-512; see `lut`).
+//! copy of the matrix: a panel's rows are decoded into a small buffer; on AVX-512 the expert
+//! types Q2_K, Q3_K, Q4_K, MXFP4 and Q8_0 are decoded block by block in registers straight into
+//! the FMAs or the packed panel, see `x86_direct`; IQ2_XXS, and every table type elsewhere, go
+//! chunk by chunk through per-group lookup tables, see `lut`).
 //!
 //! # The reduction order
 //!
@@ -31,6 +32,8 @@ mod path;
 pub mod roofline;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_direct;
 #[cfg(target_arch = "x86_64")]
 mod x86_lut;
 
@@ -231,6 +234,12 @@ impl Job<'_> {
         let o0 = b * NB;
         let width = NB.min(self.n - o0);
         if let WeightRows::Stored(sm) = self.w {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(kind) = x86_direct::DirectKind::of(sm.ggml_type()) {
+                if self.path == KernelPath::Avx512 && x86_direct::supported() {
+                    return self.block_direct(b, sm, kind);
+                }
+            }
             if let Some(kind) = lut::LutKind::of(sm.ggml_type()) {
                 return self.block_lut(b, sm, kind);
             }
@@ -364,18 +373,23 @@ impl Job<'_> {
         }
     }
 
-    /// [`Job::block`] for a matrix of table-decoded blocks ([`lut`]): chunk by chunk, the
-    /// panel's codes and tables, then on AVX-512 with at most `MR` input rows the fused
-    /// kernel (weights looked up in registers), else the packed panel and the microkernel. A
-    /// whole number of blocks makes `k` whole steps: no tail.
-    fn block_lut(&self, b: usize, sm: &StoredMatrix<'_>, kind: lut::LutKind) -> Vec<f32> {
+    /// The loop of the stored-block paths: panel by panel, block of input rows by block, chunk
+    /// by chunk, `chunk((first, live), (mc0, n_rows), (kc0, kcl), lanes, wp)` adds panel rows
+    /// `first..first + live`'s columns `kc0..kc0 + kcl` against input rows
+    /// `mc0..mc0 + n_rows` into their `lanes` (`wp`: a packed panel's room, empty with
+    /// `fused`), then the lanes are summed and rounded into the outputs. A whole number of
+    /// blocks makes `k` whole steps: no tail.
+    fn by_chunks(
+        &self,
+        b: usize,
+        fused: bool,
+        mut chunk: impl FnMut((usize, usize), (usize, usize), (usize, usize), &mut [f64], &mut [f64]),
+    ) -> Vec<f32> {
         let (m, k) = (self.m, self.k);
         assert_eq!(self.k4, k, "stored blocks make whole steps");
         let o0 = b * NB;
         let width = NB.min(self.n - o0);
         let mut out = vec![0f32; m * width];
-        let mut tile = lut::LutTile::new(kind, sm.rounds_to_bf16());
-        let fused = cfg!(target_arch = "x86_64") && self.path == KernelPath::Avx512 && m <= MR;
         let mut wp = if fused {
             Vec::new()
         } else {
@@ -390,29 +404,87 @@ impl Job<'_> {
                 let lanes = &mut lanes[..n_rows * PANEL_STEP];
                 lanes.fill(0.0);
                 for kc0 in (0..k).step_by(KC) {
-                    let kcl = KC.min(k - kc0);
-                    let steps = kcl / 4;
-                    tile.prepare(sm, (self.row0 + first, live), (kc0, kcl));
-                    #[cfg(target_arch = "x86_64")]
-                    if fused {
-                        // m <= MR: the one block of rows, from row 0.
-                        x86_lut::fused_rows(
-                            &tile,
-                            n_rows,
-                            (&self.xp[kc0 * m..], kcl),
-                            steps,
-                            lanes,
-                        );
-                        continue;
-                    }
-                    let wp = &mut wp[..steps * PANEL_STEP];
-                    tile.expand(self.path, wp, steps);
-                    self.packed_rows((mc0, n_rows), (kc0, kcl), wp, steps, lanes);
+                    let cols = (kc0, KC.min(k - kc0));
+                    chunk((first, live), (mc0, n_rows), cols, lanes, &mut wp);
                 }
                 self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |_, _| 0.0);
             }
         }
         out
+    }
+
+    /// [`Job::block`] over a matrix whose blocks have a direct kernel (`x86_direct`): chunk by
+    /// chunk, the panel's blocks decoded in registers, straight into the FMAs for at most `MR`
+    /// input rows, else into the packed panel the microkernel reads. A ragged last panel
+    /// repeats its last row in the missing slots (outputs never written).
+    #[cfg(target_arch = "x86_64")]
+    fn block_direct(
+        &self,
+        b: usize,
+        sm: &StoredMatrix<'_>,
+        kind: x86_direct::DirectKind,
+    ) -> Vec<f32> {
+        let (m, k, round) = (self.m, self.k, sm.rounds_to_bf16());
+        let fused = m <= MR;
+        let (bv, bb, _) =
+            crate::gguf::quant::block_decoder(sm.ggml_type()).expect("direct types decode");
+        let row_bytes = k / bv * bb;
+        let n_chunks = k.div_ceil(KC);
+        let rows_of = |first: usize, count: usize| {
+            sm.rows_bytes(self.row0 + first..self.row0 + first + count)
+                .expect("panel rows inside the matrix")
+        };
+        self.by_chunks(b, fused, |(first, live), rows_in, (kc0, kcl), lanes, wp| {
+            let panel = rows_of(first, live);
+            let (at, len) = (kc0 / bv * bb, kcl / bv * bb);
+            let rows: [&[u8]; NR] = std::array::from_fn(|q| {
+                let row = &panel[q.min(live - 1) * row_bytes..][..row_bytes];
+                &row[at..at + len]
+            });
+            // The next panel's bytes (contiguous: rows follow each other), a chunk's share at
+            // a time, so they arrive while this panel is multiplied. Software prefetch: a
+            // panel reads a dozen rows a chunk at a time, too many interleaved streams for
+            // the hardware prefetcher.
+            let next = self.row0 + first + NR;
+            if rows_in.0 == 0 && next < sm.rows() {
+                let ahead = rows_of(first + NR, NR.min(sm.rows() - next));
+                let share = ahead.len().div_ceil(n_chunks);
+                let c = kc0 / KC;
+                let lo = (c * share).min(ahead.len());
+                crate::gguf::quant::rows::prefetch(&ahead[lo..(lo + share).min(ahead.len())]);
+            }
+            if fused {
+                // m <= MR: the one block of rows, from row 0.
+                let x = (&self.xp[kc0 * m..], kcl);
+                return x86_direct::chunk(kind, round, &rows, kcl, rows_in.1, x, lanes);
+            }
+            let steps = kcl / 4;
+            let wp = &mut wp[..steps * PANEL_STEP];
+            x86_direct::expand(kind, round, &rows, kcl, wp);
+            self.packed_rows(rows_in, (kc0, kcl), wp, steps, lanes);
+        })
+    }
+
+    /// [`Job::block`] for a matrix of table-decoded blocks ([`lut`]): chunk by chunk, the
+    /// panel's codes and tables, then on AVX-512 with at most `MR` input rows the fused
+    /// kernel (weights looked up in registers), else the packed panel and the microkernel.
+    fn block_lut(&self, b: usize, sm: &StoredMatrix<'_>, kind: lut::LutKind) -> Vec<f32> {
+        let m = self.m;
+        let mut tile = lut::LutTile::new(kind, sm.rounds_to_bf16());
+        let fused = cfg!(target_arch = "x86_64") && self.path == KernelPath::Avx512 && m <= MR;
+        self.by_chunks(b, fused, |(first, live), rows_in, (kc0, kcl), lanes, wp| {
+            let steps = kcl / 4;
+            tile.prepare(sm, (self.row0 + first, live), (kc0, kcl));
+            #[cfg(target_arch = "x86_64")]
+            if fused {
+                // m <= MR: the one block of rows, from row 0.
+                let x = (&self.xp[kc0 * m..], kcl);
+                return x86_lut::fused_rows(&tile, rows_in.1, x, steps, lanes);
+            }
+            let wp = &mut wp[..steps * PANEL_STEP];
+            tile.expand(self.path, wp, steps);
+            self.packed_rows(rows_in, (kc0, kcl), wp, steps, lanes);
+        })
     }
 }
 

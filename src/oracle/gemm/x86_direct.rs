@@ -1,0 +1,1038 @@
+//! AVX-512 kernels that decode Q2_K and MXFP4 blocks straight into the FMA operands, for blocks
+//! of at most `MR` input rows (decode and short prefills), where a panel's weights are used once
+//! per input row and preparing tables in memory (`lut`) would cost more than the FMAs.
+//!
+//! A chunk of a full panel (`NR` rows, one `KC` chunk of columns) goes pair of rows by pair of
+//! rows, in registers:
+//!
+//! - **Tables.** Each group's values (`dl·q − ml` for Q2_K's four codes, `d·kvalue` for MXFP4's
+//!   sixteen) are computed with the decoder's f32 operations in the decoder's order, sixteen at
+//!   a time, rounded to bf16 where the matrix rounds (Q2_K; MXFP4's values are all exact in
+//!   bf16, see [`mxfp4_tables`]) and widened to f64: the very values dequantize-then-widen
+//!   gives, so the products and their order, and with them the bits, are those of the packed
+//!   panel microkernel.
+//! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
+//!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
+//!   step's code to the bits the table permute reads, so a step costs one shift, the table
+//!   permute(s) and the FMAs.
+//!
+//! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
+//! sees its steps in increasing order. For more input rows the same decode writes each step's
+//! weights to the packed panel instead ([`expand`]), which the panel microkernel then reads
+//! once per block of `MR` rows. Q8_0 (`f32(q) · d`, no table) decodes sixteen values of a row
+//! at a time and interleaves the pair's rows into step order.
+
+use super::{KC, MR, NR, PANEL_STEP};
+#[cfg(test)]
+use crate::gguf::quant::rows::round_bf16_one;
+use crate::gguf::quant::{kquants, legacy, mxfp4};
+use crate::gguf::GgmlType;
+use std::arch::x86_64::*;
+
+/// Pairs of rows in a panel.
+const PAIRS: usize = NR / 2;
+/// Q2_K: groups (one scale byte each) per block.
+const Q2K_GROUPS: usize = 16;
+/// MXFP4 and Q8_0 values per block.
+const MX_VALUES: usize = 32;
+/// MXFP4: the first E8M0 exponent at which `d · kvalue` can overflow f32 (`2^125 · 12`), from
+/// which on the tables are computed in f32 and widened rather than multiplied in f64.
+const MX_F32_FROM: u8 = 253;
+
+/// The block families with a direct kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DirectKind {
+    Q2K,
+    Q3K,
+    Q4K,
+    Mxfp4,
+    Q8_0,
+}
+
+impl DirectKind {
+    /// The direct kernel of a GGML type, if it has one.
+    pub(super) fn of(ty: GgmlType) -> Option<DirectKind> {
+        Some(match ty {
+            GgmlType::Q2K => DirectKind::Q2K,
+            GgmlType::Q3K => DirectKind::Q3K,
+            GgmlType::Q4K => DirectKind::Q4K,
+            GgmlType::Mxfp4 => DirectKind::Mxfp4,
+            GgmlType::Q8_0 => DirectKind::Q8_0,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether this CPU has every feature the direct kernels use (AVX-512 F, BW, VL, VBMI and
+/// BF16, F16C).
+pub(super) fn supported() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vbmi")
+        && is_x86_feature_detected!("avx512bf16")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// `lanes[r][q][j] += Σ_s x[r][4s + j] · w[q][4s + j]` for `mr ≤ MR` input rows over one chunk
+/// of `NR` weight rows, `rows[q]` the row's blocks of the chunk (`kcl` columns: one Q2_K block,
+/// or up to eight MXFP4 blocks), values rounded to bf16 first with `round_bf16`. Panics if the
+/// CPU lacks a feature ([`supported`]) or an operand is too short.
+pub(super) fn chunk(
+    kind: DirectKind,
+    round_bf16: bool,
+    rows: &[&[u8]; NR],
+    kcl: usize,
+    mr: usize,
+    (x, x_stride): (&[f64], usize),
+    lanes: &mut [f64],
+) {
+    assert!(
+        (1..=MR).contains(&mr)
+            && x.len() >= (mr - 1) * x_stride + kcl
+            && lanes.len() >= mr * PANEL_STEP,
+        "direct kernel operands too short"
+    );
+    run(
+        kind,
+        round_bf16,
+        rows,
+        kcl,
+        mr,
+        (x.as_ptr(), x_stride),
+        lanes.as_mut_ptr(),
+    );
+}
+
+/// The packed panel (`wp[s][q][j]`, as `super::pack_panel` writes it) of one chunk of `NR`
+/// weight rows, decoded in registers: for more input rows than [`chunk`] takes, where the
+/// panel is read once per block of `MR` rows. Panics as [`chunk`] does.
+pub(super) fn expand(
+    kind: DirectKind,
+    round_bf16: bool,
+    rows: &[&[u8]; NR],
+    kcl: usize,
+    wp: &mut [f64],
+) {
+    assert!(
+        kcl % 4 == 0 && wp.len() >= kcl / 4 * PANEL_STEP,
+        "direct panel too short"
+    );
+    // No input rows: the kernels store each step's weights instead of multiplying them.
+    run(
+        kind,
+        round_bf16,
+        rows,
+        kcl,
+        0,
+        (std::ptr::null(), 0),
+        wp.as_mut_ptr(),
+    );
+}
+
+/// Checks the blocks and the features, then runs `kind`'s kernel for `mr` input rows (0: write
+/// the packed panel to `out`; else accumulate into the lanes at `out`). The caller checked
+/// `x` and `out` against `mr` and `kcl`.
+fn run(
+    kind: DirectKind,
+    round_bf16: bool,
+    rows: &[&[u8]; NR],
+    kcl: usize,
+    mr: usize,
+    (xp, x_stride): (*const f64, usize),
+    lp: *mut f64,
+) {
+    assert!(
+        supported(),
+        "the direct kernels need AVX-512 F, BW and VBMI"
+    );
+    match kind {
+        DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => {
+            let bb = match kind {
+                DirectKind::Q2K => kquants::Q2_K_BLOCK_BYTES,
+                DirectKind::Q3K => kquants::Q3_K_BLOCK_BYTES,
+                _ => kquants::Q4_K_BLOCK_BYTES,
+            };
+            assert!(
+                kcl == KC && rows.iter().all(|r| r.len() == bb),
+                "a K-quant chunk is one block a row"
+            )
+        }
+        DirectKind::Mxfp4 | DirectKind::Q8_0 => {
+            let bb = if kind == DirectKind::Mxfp4 {
+                mxfp4::BLOCK_BYTES
+            } else {
+                legacy::Q8_0_BLOCK_BYTES
+            };
+            assert!(
+                kcl % MX_VALUES == 0
+                    && kcl <= KC
+                    && rows.iter().all(|r| r.len() == kcl / MX_VALUES * bb),
+                "an MXFP4 or Q8_0 chunk is whole blocks"
+            )
+        }
+    }
+    macro_rules! by_rows {
+        ($f:ident $(, $c:literal)?) => {
+            // SAFETY: the features were detected and the blocks checked just above, `x` and
+            // `out` by the caller.
+            unsafe {
+                match mr {
+                    0 => $f::<0 $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                    1 => $f::<1 $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                    2 => $f::<2 $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                    3 => $f::<3 $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                    _ => $f::<MR $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                }
+            }
+        };
+    }
+    match (kind, round_bf16) {
+        (DirectKind::Q2K, true) => by_rows!(q2k, true),
+        (DirectKind::Q2K, false) => by_rows!(q2k, false),
+        (DirectKind::Q3K, true) => by_rows!(q3k, true),
+        (DirectKind::Q3K, false) => by_rows!(q3k, false),
+        (DirectKind::Q4K, true) => by_rows!(q4k, true),
+        (DirectKind::Q4K, false) => by_rows!(q4k, false),
+        (DirectKind::Mxfp4, _) => by_rows!(mx),
+        (DirectKind::Q8_0, true) => by_rows!(q8, true),
+        (DirectKind::Q8_0, false) => by_rows!(q8, false),
+    }
+}
+
+/// Loads sixteen `i32`s.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn load_i32(v: &[i32; 16]) -> __m512i {
+    // SAFETY: 64 readable bytes.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// Loads sixty-four bytes.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn load_u8(v: &[u8; 64]) -> __m512i {
+    // SAFETY: 64 readable bytes.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// Two vectors of table values rounded to bf16 with `ROUND` (else as they are), still as f32.
+///
+/// The rounding is `vcvtne2ps2bf16`: nearest even, a NaN quieted and truncated, exactly
+/// `round_bf16_one` except that it flushes f32 subnormals to zero, and no Q2_K, Q3_K, Q4_K or
+/// Q8_0 value is one: `d`, `dmin` are f16 (multiples of 2^−24), the scales and codes small
+/// integers, so every product is an exact multiple of 2^−24 and so is the difference before it
+/// rounds (Q2_K, Q4_K), which is thus 0 or at least 2^−24 in magnitude, far above f32's subnormals (below
+/// 2^−126); NaN and infinity go through as `round_bf16_one` takes them (the tests cover both,
+/// and an f16 subnormal scale).
+///
+/// # Safety
+/// AVX-512 F, BW and BF16 must be present.
+#[inline(always)]
+unsafe fn round_pair<const ROUND: bool>(v0: __m512, v1: __m512) -> [__m512; 2] {
+    if !ROUND {
+        return [v0, v1];
+    }
+    // SAFETY (whole body): the features are present; the statics hold 32 words each.
+    unsafe {
+        // Low 16 words: `v0`'s values, high 16: `v1`'s.
+        let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0));
+        std::array::from_fn(|r| {
+            let idx = _mm512_loadu_si512(BF16_WORDS[r].as_ptr().cast());
+            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaa_aaaa, idx, words))
+        })
+    }
+}
+
+/// Both f64 halves of sixteen f32 lanes.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn widen(v: __m512) -> [__m512d; 2] {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    [
+        _mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+        _mm512_cvtps_pd(hi),
+    ]
+}
+
+/// The accumulators of `R` input rows' pairs, from `lanes` (`R·PANEL_STEP` values).
+///
+/// # Safety
+/// AVX-512F must be present and `lanes` must hold `R·PANEL_STEP` values.
+#[inline(always)]
+unsafe fn load_lanes<const R: usize>(lanes: *const f64) -> [[__m512d; PAIRS]; R] {
+    // SAFETY: value r·PANEL_STEP + 8z + 7 < R·PANEL_STEP.
+    std::array::from_fn(|r| {
+        std::array::from_fn(|z| unsafe { _mm512_loadu_pd(lanes.add(r * PANEL_STEP + 8 * z)) })
+    })
+}
+
+/// Stores [`load_lanes`]'s accumulators back.
+///
+/// # Safety
+/// As [`load_lanes`].
+#[inline(always)]
+unsafe fn store_lanes<const R: usize>(acc: &[[__m512d; PAIRS]; R], lanes: *mut f64) {
+    for (r, row) in acc.iter().enumerate() {
+        for (z, a) in row.iter().enumerate() {
+            // SAFETY: as in `load_lanes`.
+            unsafe { _mm512_storeu_pd(lanes.add(r * PANEL_STEP + 8 * z), *a) };
+        }
+    }
+}
+
+/// Pair `z`'s weights `w` at step `u`: into the packed panel at `out` with no input rows
+/// (`R = 0`), else multiplied by each row's step values `xv` into its accumulator.
+///
+/// # Safety
+/// AVX-512F must be present; for `R = 0`, `out` must hold `(u + 1)·PANEL_STEP` values.
+#[inline(always)]
+unsafe fn sink<const R: usize>(
+    (u, z, w): (usize, usize, __m512d),
+    xv: &[__m512d; R],
+    acc: &mut [[__m512d; PAIRS]; R],
+    out: *mut f64,
+) {
+    if R == 0 {
+        // SAFETY: the caller's bound.
+        unsafe { _mm512_storeu_pd(out.add(u * PANEL_STEP + 8 * z), w) };
+    }
+    for (row, x) in acc.iter_mut().zip(xv) {
+        row[z] = _mm512_fmadd_pd(*x, w, row[z]);
+    }
+}
+
+/// Each input row's four values of step `u`, in both halves of a register.
+///
+/// # Safety
+/// AVX-512F must be present and `x` must hold `(R − 1)·x_stride + 4u + 4` values.
+#[inline(always)]
+unsafe fn x_step<const R: usize>(x: *const f64, x_stride: usize, u: usize) -> [__m512d; R] {
+    // SAFETY: the caller's bound.
+    std::array::from_fn(|r| unsafe {
+        _mm512_broadcast_f64x4(_mm256_loadu_pd(x.add(r * x_stride + 4 * u)))
+    })
+}
+
+/// Q2_K: for lane `i` of a pair's groups `2h, 2h + 1`, the source lane of the rows' per-group
+/// scales (`0..16` the first row's, `16..32` the second's): `[a 2h, b 2h, a 2h+1, b 2h+1]`,
+/// four lanes each (one per code).
+static Q2K_GROUP_LANES: [[i32; 16]; Q2K_GROUPS / 2] = {
+    let mut t = [[0i32; 16]; Q2K_GROUPS / 2];
+    let mut h = 0;
+    while h < Q2K_GROUPS / 2 {
+        let mut i = 0;
+        while i < 16 {
+            let quarter = (i / 4) as i32;
+            t[h][i] = 2 * h as i32 + quarter / 2 + 16 * (quarter % 2);
+            i += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
+/// Q2_K: a pair's 32 `qs` bytes of each row (first row's in bytes 0..32) transposed so that
+/// byte `8l + t` of lane `l` is the byte of its column `4t + l % 4` (row `l / 4`).
+static Q2K_TRANSPOSE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut l = 0;
+    while l < 8 {
+        let mut s = 0;
+        while s < 8 {
+            t[8 * l + s] = (32 * (l / 4) + 4 * s + l % 4) as u8;
+            s += 1;
+        }
+        l += 1;
+    }
+    t
+};
+
+/// The codes' integers `[0, 1, 2, 3]` four times as f32, hidden from the optimiser (as
+/// `lut::code_values`: the tables multiply by them at run time, as the decoder does).
+#[inline(always)]
+fn q2k_levels() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| (i % 4) as f32))
+}
+
+/// One Q2_K row block's per-group `dl = d · (sc & 15)` and `ml = dmin · (sc >> 4)`.
+///
+/// # Safety
+/// AVX-512F and F16C must be present; `b` must be a whole Q2_K block.
+#[inline(always)]
+unsafe fn q2k_scales(b: &[u8]) -> (__m512, __m512) {
+    debug_assert_eq!(b.len(), kquants::Q2_K_BLOCK_BYTES);
+    // SAFETY (whole body): a block is 84 bytes: the scales at 0..16, d and dmin at 80..84.
+    unsafe {
+        let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(b.as_ptr().cast()));
+        let lo = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(0x0f)));
+        let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(sc));
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+            b[80], b[81], b[82], b[83],
+        ])));
+        let d = _mm512_broadcastss_ps(dd);
+        let dmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+        (_mm512_mul_ps(d, lo), _mm512_mul_ps(dmin, hi))
+    }
+}
+
+/// Q2_K chunk (one block a row): see the module docs.
+///
+/// # Safety
+/// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q2k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    _kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): every block is 84 bytes (checked by `chunk`); `x` holds R rows of
+    // 256 values `x_stride` apart and `lanes` R·PANEL_STEP values.
+    unsafe {
+        let levels = q2k_levels();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let mut tabs = [[_mm512_setzero_pd(); Q2K_GROUPS]; PAIRS];
+        let mut codes = [[_mm512_setzero_si512(); PAIRS]; 2];
+        for z in 0..PAIRS {
+            let (a, b) = (rows[2 * z], rows[2 * z + 1]);
+            let (dla, mla) = q2k_scales(a);
+            let (dlb, mlb) = q2k_scales(b);
+            for (h2, sels) in Q2K_GROUP_LANES.chunks_exact(2).enumerate() {
+                // The decoder's `dl · q − ml` for groups 4h2..4h2 + 4, rounded to bf16 where
+                // the matrix rounds.
+                let v: [__m512; 2] = std::array::from_fn(|i| {
+                    let sel = load_i32(&sels[i]);
+                    let dl = _mm512_permutex2var_ps(dla, sel, dlb);
+                    let ml = _mm512_permutex2var_ps(mla, sel, mlb);
+                    _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml)
+                });
+                let v = round_pair::<ROUND>(v[0], v[1]);
+                for (i, v) in v.iter().enumerate() {
+                    let [lo, hi] = widen(*v);
+                    tabs[z][4 * h2 + 2 * i] = lo;
+                    tabs[z][4 * h2 + 2 * i + 1] = hi;
+                }
+            }
+            for (half, c) in codes.iter_mut().enumerate() {
+                let qa = _mm256_loadu_si256(a.as_ptr().add(16 + 32 * half).cast());
+                let qb = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half).cast());
+                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+                c[z] = _mm512_permutexvar_epi8(transpose, both);
+            }
+        }
+        let mut acc = load_lanes::<R>(lanes);
+        let three = _mm512_set1_epi8(3);
+        // Bit 2 of every code byte of the pair's second row: its table entries are 4..8.
+        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0404_0404_0404_0404);
+        // Step `u` from the sub-block codes `cs`, its byte brought down by `sh` bits (literal
+        // shifts: every step is written out, so nothing waits on a shift count).
+        macro_rules! step {
+            ($cs:ident, $u:expr, $sh:literal) => {{
+                let u = $u;
+                let xv = x_step::<R>(x, x_stride, u);
+                for z in 0..PAIRS {
+                    let idx = _mm512_srli_epi64::<$sh>($cs[z]);
+                    let w = _mm512_permutexvar_pd(idx, tabs[z][u / 4]);
+                    sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                }
+            }};
+        }
+        // Sub-block `s` of half `half`: its codes (bits `by = 2s`, `2s + 1` of each byte) with
+        // the row bit, then its eight steps.
+        macro_rules! sub_block {
+            ($half:ident, $codes:ident, $s:literal, $by:literal) => {{
+                let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
+                    let shifted = _mm512_srli_epi64::<$by>($codes[z]);
+                    _mm512_ternarylogic_epi64::<0xEA>(shifted, three, second)
+                });
+                let u0 = 32 * $half + 8 * $s;
+                step!(cs, u0, 0);
+                step!(cs, u0 + 1, 8);
+                step!(cs, u0 + 2, 16);
+                step!(cs, u0 + 3, 24);
+                step!(cs, u0 + 4, 32);
+                step!(cs, u0 + 5, 40);
+                step!(cs, u0 + 6, 48);
+                step!(cs, u0 + 7, 56);
+            }};
+        }
+        for (half, codes) in codes.iter().enumerate() {
+            sub_block!(half, codes, 0, 0);
+            sub_block!(half, codes, 1, 2);
+            sub_block!(half, codes, 2, 4);
+            sub_block!(half, codes, 3, 6);
+        }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Q3_K: for lane `i` of a pair's table of group `g`, the source lane of the rows' per-group
+/// `dl` (`0..16` the first row's, `16..32` the second's): eight lanes of each row.
+static Q3K_GROUP_LANES: [[i32; 16]; 16] = {
+    let mut t = [[0i32; 16]; 16];
+    let mut g = 0;
+    while g < 16 {
+        let mut i = 0;
+        while i < 16 {
+            t[g][i] = (g + 16 * (i / 8)) as i32;
+            i += 1;
+        }
+        g += 1;
+    }
+    t
+};
+
+/// The code values `−4..4` twice as f32 (a code is `low | high << 2` and stands for
+/// `code − 4`), hidden from the optimiser (as [`q2k_levels`]).
+#[inline(always)]
+fn q3k_levels() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| (i % 8) as f32 - 4.0))
+}
+
+/// One Q3_K row block's per-group `dl = d · sc` (d by F16C): the sixteen 6-bit scales
+/// unpacked in registers as `kquants::q3_k_scales` does (low nibbles of bytes 0..8, then their
+/// high nibbles; two high bits from bytes 8..12, at `2·(i / 4)`; minus 32).
+///
+/// # Safety
+/// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q3_K block.
+#[inline(always)]
+unsafe fn q3k_scales(b: &[u8]) -> __m512 {
+    debug_assert_eq!(b.len(), kquants::Q3_K_BLOCK_BYTES);
+    // SAFETY (whole body): the scales are bytes 96..108 of the block, read by a masked load.
+    unsafe {
+        let s = _mm_maskz_loadu_epi8(0x0fff, b.as_ptr().add(96).cast());
+        let nib = _mm_set1_epi8(0x0f);
+        let rep = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let low = _mm_mask_blend_epi8(
+            0xff00,
+            _mm_and_si128(rep, nib),
+            _mm_and_si128(_mm_srli_epi16::<4>(rep), nib),
+        );
+        let hs = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11),
+        );
+        let mut high = hs;
+        high = _mm_mask_blend_epi8(0x00f0, high, _mm_srli_epi16::<2>(hs));
+        high = _mm_mask_blend_epi8(0x0f00, high, _mm_srli_epi16::<4>(hs));
+        high = _mm_mask_blend_epi8(0xf000, high, _mm_srli_epi16::<6>(hs));
+        let high = _mm_slli_epi16::<4>(_mm_and_si128(high, _mm_set1_epi8(3)));
+        let sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+        let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
+        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
+            b[108], b[109],
+        ]))));
+        _mm512_mul_ps(_mm512_broadcastss_ps(d), sc)
+    }
+}
+
+/// Q3_K chunk (one block a row): each pair's sixteen group tables (`dl · (code − 4)` for the
+/// eight codes of both rows, one permute's two tables), its code bytes (`qs` and `hmask`)
+/// transposed, then per sub-block the codes with the row bit 3 and per step a shift and one
+/// permute.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q3k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    _kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): every block is 110 bytes (checked by `chunk`): hmask at 0..32, qs
+    // at 32..96; `x` holds R rows of 256 values `x_stride` apart and `lanes` R·PANEL_STEP
+    // values (or, with R = 0, 64 steps of a packed panel).
+    unsafe {
+        let levels = q3k_levels();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let load_pair = |z: usize, at: usize| {
+            let qa = _mm256_loadu_si256(rows[2 * z].as_ptr().add(at).cast());
+            let qb = _mm256_loadu_si256(rows[2 * z + 1].as_ptr().add(at).cast());
+            let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+            _mm512_permutexvar_epi8(transpose, both)
+        };
+        let mut tabs = [[[_mm512_setzero_pd(); 2]; 16]; PAIRS];
+        for (z, tabs) in tabs.iter_mut().enumerate() {
+            let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
+            for (g2, sels) in Q3K_GROUP_LANES.chunks_exact(2).enumerate() {
+                // The decoder's `dl · q`, rounded to bf16 where the matrix rounds.
+                let v: [__m512; 2] = std::array::from_fn(|i| {
+                    let dl = _mm512_permutex2var_ps(dla, load_i32(&sels[i]), dlb);
+                    _mm512_mul_ps(dl, levels)
+                });
+                let v = round_pair::<ROUND>(v[0], v[1]);
+                tabs[2 * g2] = widen(v[0]);
+                tabs[2 * g2 + 1] = widen(v[1]);
+            }
+        }
+        let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
+        let mut acc = load_lanes::<R>(lanes);
+        let three = _mm512_set1_epi8(3);
+        let four = _mm512_set1_epi8(4);
+        // Bit 3 of every code byte of the pair's second row: its table is the second.
+        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
+        macro_rules! step {
+            ($cs:ident, $u:expr, $sh:literal) => {{
+                let u = $u;
+                let xv = x_step::<R>(x, x_stride, u);
+                for z in 0..PAIRS {
+                    let idx = _mm512_srli_epi64::<$sh>($cs[z]);
+                    let [ta, tb] = tabs[z][u / 4];
+                    let w = _mm512_permutex2var_pd(ta, idx, tb);
+                    sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                }
+            }};
+        }
+        // Sub-block `s` of half `h`: the low bits (`2s`, `2s + 1` of `qs`) and the high bit
+        // (`4h + s` of `hmask`, brought to bit 2 by `hm`) of each code byte, the row bit.
+        macro_rules! sub_block {
+            ($qs:ident, $h:literal, $s:literal, $by:literal, $hm:expr) => {{
+                let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
+                    let low = _mm512_srli_epi64::<$by>($qs[z]);
+                    let high = $hm(hmask[z]);
+                    let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
+                    _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
+                });
+                let u0 = 32 * $h + 8 * $s;
+                step!(cs, u0, 0);
+                step!(cs, u0 + 1, 8);
+                step!(cs, u0 + 2, 16);
+                step!(cs, u0 + 3, 24);
+                step!(cs, u0 + 4, 32);
+                step!(cs, u0 + 5, 40);
+                step!(cs, u0 + 6, 48);
+                step!(cs, u0 + 7, 56);
+            }};
+        }
+        let qs0: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 32));
+        sub_block!(qs0, 0, 0, 0, |m| _mm512_slli_epi64::<2>(m));
+        sub_block!(qs0, 0, 1, 2, |m| _mm512_slli_epi64::<1>(m));
+        sub_block!(qs0, 0, 2, 4, |m| m);
+        sub_block!(qs0, 0, 3, 6, |m| _mm512_srli_epi64::<1>(m));
+        let qs1: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 64));
+        sub_block!(qs1, 1, 0, 0, |m| _mm512_srli_epi64::<2>(m));
+        sub_block!(qs1, 1, 1, 2, |m| _mm512_srli_epi64::<3>(m));
+        sub_block!(qs1, 1, 2, 4, |m| _mm512_srli_epi64::<4>(m));
+        sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Word `2i + 1` of f32 lane `i` (its high half; the low half is masked to zero) from the
+/// bf16 words of [`round_pair`]: `v0`'s sixteen (words 0..16), then `v1`'s (16..32).
+static BF16_WORDS: [[i16; 32]; 2] = {
+    let mut t = [[0i16; 32]; 2];
+    let mut r = 0;
+    while r < 2 {
+        let mut i = 0;
+        while i < 16 {
+            t[r][2 * i + 1] = (16 * r + i) as i16;
+            i += 1;
+        }
+        r += 1;
+    }
+    t
+};
+
+/// The codes' integers `0..16` as f32, hidden from the optimiser (as [`q2k_levels`]).
+#[inline(always)]
+fn q4k_levels() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| i as f32))
+}
+
+/// Two rows' sixteen-entry tables of one group (`d1·q − m1` in f32, each row's own `d1`,
+/// `m1`), rounded to bf16 with `ROUND` ([`round_pair`]), widened:
+/// `[[a 0..8, a 8..16], [b 0..8, b 8..16]]`.
+///
+/// # Safety
+/// AVX-512 F, BW and BF16 must be present.
+#[inline(always)]
+unsafe fn q4k_tables<const ROUND: bool>(
+    levels: __m512,
+    (d1a, m1a): (f32, f32),
+    (d1b, m1b): (f32, f32),
+) -> [[__m512d; 2]; 2] {
+    let va = _mm512_sub_ps(
+        _mm512_mul_ps(_mm512_set1_ps(d1a), levels),
+        _mm512_set1_ps(m1a),
+    );
+    let vb = _mm512_sub_ps(
+        _mm512_mul_ps(_mm512_set1_ps(d1b), levels),
+        _mm512_set1_ps(m1b),
+    );
+    // SAFETY: the features are present.
+    unsafe {
+        let [a, b] = round_pair::<ROUND>(va, vb);
+        [widen(a), widen(b)]
+    }
+}
+
+/// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `(d1, m1)`:
+/// `d · sc` and `dmin · m` in f32, as the decoder computes them, the 6-bit scales and mins
+/// unpacked in registers as `kquants::scale_min_k4` does (groups 0..4: the low six bits of
+/// bytes 0..4 and 4..8; groups 4..8: a nibble of bytes 8..12 and the top two bits of bytes
+/// 0..4 and 4..8).
+///
+/// # Safety
+/// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q4_K block.
+#[inline(always)]
+unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
+    debug_assert_eq!(b.len(), kquants::Q4_K_BLOCK_BYTES);
+    // SAFETY (whole body): the scales are bytes 4..16 of the block, read by a masked load.
+    unsafe {
+        let s = _mm_maskz_loadu_epi8(0x0fff, b.as_ptr().add(4).cast());
+        // Bytes 0..8: the scales' sources, 8..16: the mins'.
+        let p = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+        );
+        let q = _mm_shuffle_epi8(
+            s,
+            _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+        );
+        // The top two bits of `q` as bits 4, 5.
+        let top = _mm_and_si128(_mm_srli_epi16::<2>(q), _mm_set1_epi8(0x30));
+        let nib = _mm_set1_epi8(0x0f);
+        let six = _mm_and_si128(p, _mm_set1_epi8(63));
+        let sc_hi = _mm_or_si128(_mm_and_si128(p, nib), top);
+        let m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16::<4>(p), nib), top);
+        let v = _mm_mask_blend_epi8(0xf000, _mm_mask_blend_epi8(0x00f0, six, sc_hi), m_hi);
+        let scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        let mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)));
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+            b[0], b[1], b[2], b[3],
+        ])));
+        let d = _mm256_broadcastss_ps(dd);
+        let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+        let (mut d1, mut m1) = ([0f32; 8], [0f32; 8]);
+        _mm256_storeu_ps(d1.as_mut_ptr(), _mm256_mul_ps(d, scf));
+        _mm256_storeu_ps(m1.as_mut_ptr(), _mm256_mul_ps(dmin, mf));
+        std::array::from_fn(|g| (d1[g], m1[g]))
+    }
+}
+
+/// Q4_K chunk (one block a row): per 64 columns (two groups, the low and high nibbles of the
+/// same 32 bytes), each pair's four tables and its transposed code bytes, then the sixteen
+/// steps: a shift brings the step's nibble to bits 0..4, two table permutes and a blend give
+/// both rows' weights.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q4k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    _kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): every block is 144 bytes (checked by `chunk`): qs at 16..144; `x`
+    // holds R rows of 256 values `x_stride` apart and `lanes` R·PANEL_STEP values (or, with
+    // R = 0, 64 steps of a packed panel).
+    unsafe {
+        let levels = q4k_levels();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let scales: [[(f32, f32); 8]; NR] = std::array::from_fn(|q| q4k_scales(rows[q]));
+        let mut acc = load_lanes::<R>(lanes);
+        for c in 0..4 {
+            let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
+                let qa = _mm256_loadu_si256(rows[2 * z].as_ptr().add(16 + 32 * c).cast());
+                let qb = _mm256_loadu_si256(rows[2 * z + 1].as_ptr().add(16 + 32 * c).cast());
+                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+                _mm512_permutexvar_epi8(transpose, both)
+            });
+            let tabs: [[[[__m512d; 2]; 2]; 2]; PAIRS] = std::array::from_fn(|z| {
+                std::array::from_fn(|h| {
+                    let g = 2 * c + h;
+                    q4k_tables::<ROUND>(levels, scales[2 * z][g], scales[2 * z + 1][g])
+                })
+            });
+            // Step `t` of group `2c + h`: its code byte at bits `sh = 8t (+ 4 for h = 1)`.
+            macro_rules! step {
+                ($h:literal, $t:literal, $sh:literal) => {{
+                    let u = 16 * c + 8 * $h + $t;
+                    let xv = x_step::<R>(x, x_stride, u);
+                    for z in 0..PAIRS {
+                        let idx = _mm512_srli_epi64::<$sh>(codes[z]);
+                        let [ta, tb] = tabs[z][$h];
+                        let w = _mm512_mask_blend_pd(
+                            0xf0,
+                            _mm512_permutex2var_pd(ta[0], idx, ta[1]),
+                            _mm512_permutex2var_pd(tb[0], idx, tb[1]),
+                        );
+                        sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                    }
+                }};
+            }
+            step!(0, 0, 0);
+            step!(0, 1, 8);
+            step!(0, 2, 16);
+            step!(0, 3, 24);
+            step!(0, 4, 32);
+            step!(0, 5, 40);
+            step!(0, 6, 48);
+            step!(0, 7, 56);
+            step!(1, 0, 4);
+            step!(1, 1, 12);
+            step!(1, 2, 20);
+            step!(1, 3, 28);
+            step!(1, 4, 36);
+            step!(1, 5, 44);
+            step!(1, 6, 52);
+            step!(1, 7, 60);
+        }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// MXFP4: for a pair of blocks (bytes 0..34 of each row, the first row's as bytes 0..64 of the
+/// permute and the second's as 64..128), byte `8l + 4β + t` of lane `l` is the code byte of its
+/// column `4t + l % 4` (low nibble) and `16 + 4t + l % 4` (high nibble) of block `β`.
+static MX_TRANSPOSE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut l = 0;
+    while l < 8 {
+        let mut beta = 0;
+        while beta < 2 {
+            let mut s = 0;
+            while s < 4 {
+                t[8 * l + 4 * beta + s] = (64 * (l / 4) + 17 * beta + 1 + 4 * s + l % 4) as u8;
+                s += 1;
+            }
+            beta += 1;
+        }
+        l += 1;
+    }
+    t
+};
+
+/// MXFP4's doubled kvalues as f64, the table entries 0..8 and 8..16.
+static MX_KVALUES: [[f64; 8]; 2] = {
+    let mut t = [[0f64; 8]; 2];
+    let mut i = 0;
+    while i < 16 {
+        t[i / 8][i % 8] = mxfp4::KVALUES_DOUBLED[i] as f64;
+        i += 1;
+    }
+    t
+};
+
+/// One MXFP4 block's table, `d · kvalue` for the sixteen codes, widened to f64: the decoder's
+/// f32 product. Below exponent [`MX_F32_FROM`] that product is exact (`d` is a power of two at
+/// least 2^−128 and a kvalue at most 12 in magnitude, so it neither rounds nor overflows), so
+/// it is the f64 product; from there on it is computed in f32 (where it may overflow to
+/// infinity) and widened. Every such value has at most four significant bits and is thus
+/// already a bf16 value: rounding it to bf16 changes nothing (`lut` tests this for every
+/// exponent), so the table is the same whether the matrix rounds or not.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn mxfp4_tables(e: u8) -> [__m512d; 2] {
+    // SAFETY: the statics hold eight f64 each.
+    unsafe {
+        if e < MX_F32_FROM {
+            let d = _mm512_set1_pd(f64::from_bits((u64::from(e) + 895) << 52));
+            [
+                _mm512_mul_pd(d, _mm512_loadu_pd(MX_KVALUES[0].as_ptr())),
+                _mm512_mul_pd(d, _mm512_loadu_pd(MX_KVALUES[1].as_ptr())),
+            ]
+        } else {
+            let kv: [f32; 16] = std::array::from_fn(|i| f32::from(mxfp4::KVALUES_DOUBLED[i]));
+            let d = _mm512_set1_ps(mxfp4::e8m0_to_f32_half(e));
+            widen(_mm512_mul_ps(d, _mm512_loadu_ps(kv.as_ptr())))
+        }
+    }
+}
+
+/// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs.
+///
+/// # Safety
+/// AVX-512 F, BW and VBMI must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn mx<const R: usize>(
+    rows: &[&[u8]; NR],
+    kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    let n_blocks = kcl / MX_VALUES;
+    let bb = mxfp4::BLOCK_BYTES;
+    // SAFETY (whole body): every row holds `n_blocks` blocks (checked by `chunk`), read with
+    // masked loads that stop at their end; `x` holds R rows of kcl values `x_stride` apart and
+    // `lanes` R·PANEL_STEP values.
+    unsafe {
+        let transpose = load_u8(&MX_TRANSPOSE);
+        let mut acc = load_lanes::<R>(lanes);
+        for b0 in (0..n_blocks).step_by(2) {
+            let blocks = 2.min(n_blocks - b0);
+            let mask: u64 = (1u64 << (bb * blocks)) - 1;
+            let mut codes = [_mm512_setzero_si512(); PAIRS];
+            let mut tabs = [[[_mm512_setzero_pd(); 2]; 4]; PAIRS];
+            for z in 0..PAIRS {
+                let (a, b) = (rows[2 * z], rows[2 * z + 1]);
+                let va = _mm512_maskz_loadu_epi8(mask, a.as_ptr().add(bb * b0).cast());
+                let vb = _mm512_maskz_loadu_epi8(mask, b.as_ptr().add(bb * b0).cast());
+                codes[z] = _mm512_permutex2var_epi8(va, transpose, vb);
+                for beta in 0..blocks {
+                    tabs[z][2 * beta] = mxfp4_tables(a[bb * (b0 + beta)]);
+                    tabs[z][2 * beta + 1] = mxfp4_tables(b[bb * (b0 + beta)]);
+                }
+            }
+            // Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and
+            // for the block's second half (t ≥ 4) its high nibble, 4 bits on; the table
+            // permutes read bits 0..4. Literal shifts, every step written out.
+            macro_rules! step {
+                ($beta:literal, $t:literal, $sh:literal) => {{
+                    let u = 8 * (b0 + $beta) + $t;
+                    let xv = x_step::<R>(x, x_stride, u);
+                    for z in 0..PAIRS {
+                        let idx = _mm512_srli_epi64::<$sh>(codes[z]);
+                        let [ta, tb] = [tabs[z][2 * $beta], tabs[z][2 * $beta + 1]];
+                        let w = _mm512_mask_blend_pd(
+                            0xf0,
+                            _mm512_permutex2var_pd(ta[0], idx, ta[1]),
+                            _mm512_permutex2var_pd(tb[0], idx, tb[1]),
+                        );
+                        sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                    }
+                }};
+            }
+            step!(0, 0, 0);
+            step!(0, 1, 8);
+            step!(0, 2, 16);
+            step!(0, 3, 24);
+            step!(0, 4, 4);
+            step!(0, 5, 12);
+            step!(0, 6, 20);
+            step!(0, 7, 28);
+            if blocks == 2 {
+                step!(1, 0, 32);
+                step!(1, 1, 40);
+                step!(1, 2, 48);
+                step!(1, 3, 56);
+                step!(1, 4, 36);
+                step!(1, 5, 44);
+                step!(1, 6, 52);
+                step!(1, 7, 60);
+            }
+        }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Q8_0: lanes of a pair's sixteen values of each row (the first row's `0..16`, the second's
+/// `16..32`) in step order: `[a 4i.., b 4i.., a 4i+4.., b 4i+4..]` for `i = 0` and `i = 2`.
+static Q8_PAIR_LANES: [[i32; 16]; 2] = {
+    let mut t = [[0i32; 16]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut i = 0;
+        while i < 16 {
+            let quarter = i / 4;
+            t[h][i] = (8 * h + 4 * (quarter / 2) + 16 * (quarter % 2) + i % 4) as i32;
+            i += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
+/// A Q8_0 block's 16 values from `at`: `f32(q) · d`.
+///
+/// # Safety
+/// AVX-512 F and BW must be present and `at` must hold 16 bytes.
+#[inline(always)]
+unsafe fn q8_values(at: *const u8, d: __m512) -> __m512 {
+    // SAFETY: 16 readable bytes.
+    let q = unsafe { _mm512_cvtepi8_epi32(_mm_loadu_si128(at.cast())) };
+    _mm512_mul_ps(_mm512_cvtepi32_ps(q), d)
+}
+
+/// A Q8_0 block's f16 scale, widened (F16C) and broadcast.
+///
+/// # Safety
+/// AVX-512F and F16C must be present and `b` must hold 2 bytes.
+#[inline(always)]
+unsafe fn q8_scale(b: &[u8]) -> __m512 {
+    let bits = u16::from_le_bytes([b[0], b[1]]);
+    _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// Q8_0 chunk (`kcl / 32` blocks a row): each pair's block decoded into its eight steps'
+/// operands (sixteen values of each row at a time, interleaved into step order, widened), then
+/// the FMAs; the pairs' chains are independent, so one pair's decode overlaps another's FMAs.
+///
+/// # Safety
+/// AVX-512 F, BW, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
+unsafe fn q8<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    let bb = legacy::Q8_0_BLOCK_BYTES;
+    // SAFETY (whole body): every row holds `kcl / 32` blocks (checked by `chunk`); `x` holds R
+    // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
+    unsafe {
+        let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
+        let mut acc = load_lanes::<R>(lanes);
+        for blk in 0..kcl / MX_VALUES {
+            for z in 0..PAIRS {
+                let (a, b) = (&rows[2 * z][bb * blk..], &rows[2 * z + 1][bb * blk..]);
+                let (da, db) = (q8_scale(a), q8_scale(b));
+                let mut w = [_mm512_setzero_pd(); 8];
+                for half in 0..2 {
+                    let va = q8_values(a.as_ptr().add(2 + 16 * half), da);
+                    let vb = q8_values(b.as_ptr().add(2 + 16 * half), db);
+                    let [va, vb] = round_pair::<ROUND>(va, vb);
+                    for (i, sel) in sel.iter().enumerate() {
+                        let [lo, hi] = widen(_mm512_permutex2var_ps(va, *sel, vb));
+                        w[4 * half + 2 * i] = lo;
+                        w[4 * half + 2 * i + 1] = hi;
+                    }
+                }
+                for (t, wt) in w.iter().enumerate() {
+                    let u = 8 * blk + t;
+                    sink::<R>((u, z, *wt), &x_step::<R>(x, x_stride, u), &mut acc, lanes);
+                }
+            }
+        }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Whether rounding to bf16 leaves every MXFP4 table value unchanged (the premise of
+/// [`mxfp4_tables`]), for exponent `e`.
+#[cfg(test)]
+pub(super) fn mxfp4_tables_are_bf16(e: u8) -> bool {
+    let d = mxfp4::e8m0_to_f32_half(e);
+    mxfp4::KVALUES_DOUBLED.iter().all(|&kv| {
+        let v = d * f32::from(kv);
+        round_bf16_one(v).to_bits() == v.to_bits()
+    })
+}
