@@ -6,7 +6,11 @@
 # Environment: FUZZ_MAX_LEN (bytes, default 1048576) bounds the inputs libFuzzer makes; a
 # smaller bound (e.g. 65536 for golden_parse) trades the large seeds for many more executions.
 # FUZZ_TIMEOUT (seconds, default 10) is libFuzzer's per-input wall-clock bound: at nice 19 on a
-# loaded machine a 2 s input can exceed it, so time a timeout input again before fixing it.
+# loaded machine a 2 s input can exceed it, so time a timeout input again before fixing it (a
+# background campaign beside builds wants e.g. 600). FUZZ_RUNS stops a target after that many
+# executions (libFuzzer -runs) if it comes before SECONDS. FUZZ_CORPUS (a directory holding one
+# folder per target) fuzzes that corpus instead of corpus/, e.g. a few hundred small seeds for
+# FUZZ_MAX_LEN=4096 runs.
 # Findings: copy artifacts/TARGET/* into tests/data/fuzz/crashes/TARGET/ once fixed; the stable
 # test tests/fuzz_replay.rs replays them.
 set -euo pipefail
@@ -21,7 +25,7 @@ fi
 nice -n 19 cargo +nightly fuzz build -O >/dev/null
 printf '%-14s %12s %8s %8s %9s %s\n' target executions exec/s cov features findings
 for t in "${targets[@]}"; do
-  mkdir -p "corpus/$t" "artifacts/$t"
+  mkdir -p "${FUZZ_CORPUS:-corpus}/$t" "artifacts/$t"
   dict=()
   case $t in
     golden_parse) dict=(-dict=dict/json.dict) ;;
@@ -34,8 +38,8 @@ for t in "${targets[@]}"; do
   # input that makes a parser allocate past 2 GB is an OOM finding.
   nice -n 19 "target/x86_64-unknown-linux-gnu/release/$t" \
     -max_total_time="$secs" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -max_len="${FUZZ_MAX_LEN:-1048576}" \
-    -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dict[@]}" \
-    "corpus/$t" >"$log" 2>&1 || true
+    ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dict[@]}" \
+    "${FUZZ_CORPUS:-corpus}/$t" >"$log" 2>&1 || true
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
