@@ -308,6 +308,54 @@ unsafe fn sink<const R: usize>(
     }
 }
 
+/// The 32 code bytes at `at` of two rows `a`, `b` in one register (`a`'s low, `b`'s high),
+/// byte-permuted by `transpose` so each column's codes share a lane.
+///
+/// # Safety
+/// AVX-512 F, BW and VBMI must be present; `a` and `b` must hold `at + 32` bytes.
+#[inline(always)]
+unsafe fn transposed_pair(a: &[u8], b: &[u8], at: usize, transpose: __m512i) -> __m512i {
+    // SAFETY: the caller's bound.
+    unsafe {
+        let qa = _mm256_loadu_si256(a.as_ptr().add(at).cast());
+        let qb = _mm256_loadu_si256(b.as_ptr().add(at).cast());
+        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+        _mm512_permutexvar_epi8(transpose, both)
+    }
+}
+
+/// A pair's weights from two sixteen-entry f64 tables (`ta` the first row's, `tb` the
+/// second's, each as two registers) at the code bits 0..4 of `idx`: the low four lanes from
+/// `ta`, the high four from `tb`.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn lookup_pair16(ta: [__m512d; 2], tb: [__m512d; 2], idx: __m512i) -> __m512d {
+    _mm512_mask_blend_pd(
+        0xf0,
+        _mm512_permutex2var_pd(ta[0], idx, ta[1]),
+        _mm512_permutex2var_pd(tb[0], idx, tb[1]),
+    )
+}
+
+/// The eight steps `u0..u0 + 8` of a sub-block through the caller's `step!($cs, u, shift)`:
+/// step `t`'s code byte is brought down by `8t` bits (literal shifts, every step written out,
+/// so nothing waits on a shift count).
+macro_rules! eight_steps {
+    ($step:ident, $cs:ident, $u0:expr) => {{
+        let u0 = $u0;
+        $step!($cs, u0, 0);
+        $step!($cs, u0 + 1, 8);
+        $step!($cs, u0 + 2, 16);
+        $step!($cs, u0 + 3, 24);
+        $step!($cs, u0 + 4, 32);
+        $step!($cs, u0 + 5, 40);
+        $step!($cs, u0 + 6, 48);
+        $step!($cs, u0 + 7, 56);
+    }};
+}
+
 /// Each input row's four values of step `u`, in both halves of a register.
 ///
 /// # Safety
@@ -424,10 +472,7 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
                 }
             }
             for (half, c) in codes.iter_mut().enumerate() {
-                let qa = _mm256_loadu_si256(a.as_ptr().add(16 + 32 * half).cast());
-                let qb = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half).cast());
-                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
-                c[z] = _mm512_permutexvar_epi8(transpose, both);
+                c[z] = transposed_pair(a, b, 16 + 32 * half, transpose);
             }
         }
         let mut acc = load_lanes::<R>(lanes);
@@ -455,15 +500,7 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
                     let shifted = _mm512_srli_epi64::<$by>($codes[z]);
                     _mm512_ternarylogic_epi64::<0xEA>(shifted, three, second)
                 });
-                let u0 = 32 * $half + 8 * $s;
-                step!(cs, u0, 0);
-                step!(cs, u0 + 1, 8);
-                step!(cs, u0 + 2, 16);
-                step!(cs, u0 + 3, 24);
-                step!(cs, u0 + 4, 32);
-                step!(cs, u0 + 5, 40);
-                step!(cs, u0 + 6, 48);
-                step!(cs, u0 + 7, 56);
+                eight_steps!(step, cs, 32 * $half + 8 * $s);
             }};
         }
         for (half, codes) in codes.iter().enumerate() {
@@ -562,12 +599,8 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         let levels = q3k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&Q2K_TRANSPOSE);
-        let load_pair = |z: usize, at: usize| {
-            let qa = _mm256_loadu_si256(rows[2 * z].as_ptr().add(at).cast());
-            let qb = _mm256_loadu_si256(rows[2 * z + 1].as_ptr().add(at).cast());
-            let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
-            _mm512_permutexvar_epi8(transpose, both)
-        };
+        let load_pair =
+            |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
         let mut tabs = [[[_mm512_setzero_pd(); 2]; 16]; PAIRS];
         for (z, tabs) in tabs.iter_mut().enumerate() {
             let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
@@ -610,15 +643,7 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                     let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
                     _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
                 });
-                let u0 = 32 * $h + 8 * $s;
-                step!(cs, u0, 0);
-                step!(cs, u0 + 1, 8);
-                step!(cs, u0 + 2, 16);
-                step!(cs, u0 + 3, 24);
-                step!(cs, u0 + 4, 32);
-                step!(cs, u0 + 5, 40);
-                step!(cs, u0 + 6, 48);
-                step!(cs, u0 + 7, 56);
+                eight_steps!(step, cs, 32 * $h + 8 * $s);
             }};
         }
         let qs0: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 32));
@@ -755,10 +780,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
         let mut acc = load_lanes::<R>(lanes);
         for c in 0..4 {
             let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
-                let qa = _mm256_loadu_si256(rows[2 * z].as_ptr().add(16 + 32 * c).cast());
-                let qb = _mm256_loadu_si256(rows[2 * z + 1].as_ptr().add(16 + 32 * c).cast());
-                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
-                _mm512_permutexvar_epi8(transpose, both)
+                transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * c, transpose)
             });
             let tabs: [[[[__m512d; 2]; 2]; 2]; PAIRS] = std::array::from_fn(|z| {
                 std::array::from_fn(|h| {
@@ -774,11 +796,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
                     for z in 0..PAIRS {
                         let idx = _mm512_srli_epi64::<$sh>(codes[z]);
                         let [ta, tb] = tabs[z][$h];
-                        let w = _mm512_mask_blend_pd(
-                            0xf0,
-                            _mm512_permutex2var_pd(ta[0], idx, ta[1]),
-                            _mm512_permutex2var_pd(tb[0], idx, tb[1]),
-                        );
+                        let w = lookup_pair16(ta, tb, idx);
                         sink::<R>((u, z, w), &xv, &mut acc, lanes);
                     }
                 }};
@@ -909,12 +927,7 @@ unsafe fn mx<const R: usize>(
                     let xv = x_step::<R>(x, x_stride, u);
                     for z in 0..PAIRS {
                         let idx = _mm512_srli_epi64::<$sh>(codes[z]);
-                        let [ta, tb] = [tabs[z][2 * $beta], tabs[z][2 * $beta + 1]];
-                        let w = _mm512_mask_blend_pd(
-                            0xf0,
-                            _mm512_permutex2var_pd(ta[0], idx, ta[1]),
-                            _mm512_permutex2var_pd(tb[0], idx, tb[1]),
-                        );
+                        let w = lookup_pair16(tabs[z][2 * $beta], tabs[z][2 * $beta + 1], idx);
                         sink::<R>((u, z, w), &xv, &mut acc, lanes);
                     }
                 }};
