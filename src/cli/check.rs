@@ -198,7 +198,6 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         strict: args.strict,
         invariants: Some(super::model::golden_config(&golden)?),
         pin_from: None,
-        ..Default::default()
     };
     let model = super::model::open(&golden, args.gguf.as_deref())?;
     if let Some(dump) = &args.captures {

@@ -64,11 +64,6 @@ pub struct CheckOptions {
     /// Pin the reference's selections (MoE routing, index top-k) into the backends for every
     /// layer from this one on (counterfactual pinning).
     pub pin_from: Option<usize>,
-    /// Hand every later backend the reference's selections of each step before it runs it, so
-    /// near ties resolve the reference's way ([`crate::model::hints`]; on by default: only a
-    /// backend that selects on the host under the torch-CPU rule, the GPU with
-    /// `--reference-ties`, takes them).
-    pub near_tie_hints: bool,
 }
 
 impl Default for CheckOptions {
@@ -80,7 +75,6 @@ impl Default for CheckOptions {
             strict: false,
             invariants: None,
             pin_from: None,
-            near_tie_hints: true,
         }
     }
 }

@@ -80,8 +80,9 @@ pub struct StepOutcome {
     pub other_violations: Vec<(String, Violation)>,
     /// Backends that could not be fully reseeded before this step (isolated mode).
     pub not_isolated: Vec<NotIsolated>,
-    /// Selections a later backend resolved the reference's way in this step (near ties,
-    /// `near_tie_hints`).
+    /// Selections a backend under test resolved the reference's way in this step (near ties;
+    /// every such backend is handed the reference's selections, and only one that selects on
+    /// the host under the torch-CPU rule, the GPU with `--reference-ties`, takes them).
     pub near_ties: Vec<NearTiesResolved>,
     /// Per later backend `i` (index into the backend list): captures the first backend produced
     /// in this step that backend `i` did not.
@@ -393,7 +394,7 @@ impl<'a> Stepper<'a> {
                 }
             }
             // A recorded reference is every backend's reference; a live one is backend 0.
-            if (bi > 0 || !self.live()) && self.opts.near_tie_hints {
+            if bi > 0 || !self.live() {
                 let hints = self.hints_for(step, caps.first().map_or(&[][..], Vec::as_slice));
                 let r = self.backends[bi].hint(&hints);
                 r.map_err(self.berr(bi))?;
