@@ -37,12 +37,9 @@ impl GpuBackend {
         } else if self.opts.reference_ties {
             let sc = self.gpu.read_all(&scores).map_err(&e)?;
             let b = self.host_w(step, &format!("{p}.gate.bias"), &[ne])?;
-            let mut sel = host_selection(&sc, &b, k);
+            let biased = biased_scores(&sc, &b);
+            let mut sel = host_selection(&biased, ne, k);
             if let Some(hint) = self.hints.moe_indices.get(&l).filter(|h| h.len() == s * k) {
-                let biased: Vec<f32> = sc
-                    .chunks(ne.max(1))
-                    .flat_map(|row| row.iter().zip(b.iter()).map(|(a, b)| a + b))
-                    .collect();
                 let mut own: Vec<i64> = sel.iter().map(|&x| x as i64).collect();
                 let tol = self.hints.moe_score_tol;
                 let rows = adopt_near_ties(&mut own, hint, &biased, ne, k, tol);
@@ -65,7 +62,7 @@ impl GpuBackend {
             let sc = self.gpu.read_all(&scores).map_err(&e)?;
             let mine = self.gpu.read(&routing, s * k, s * k).map_err(&e)?;
             let b = self.host_w(step, &format!("{p}.gate.bias"), &[ne])?;
-            let host = host_selection(&sc, &b, k);
+            let host = host_selection(&biased_scores(&sc, &b), ne, k);
             let rows = host
                 .chunks(k.max(1))
                 .zip(mine.chunks(k.max(1)))
@@ -139,18 +136,20 @@ impl GpuBackend {
     }
 }
 
-/// The torch-CPU expert selection on the host: per token, the top-`k` experts of
-/// `score + bias` in topk order, as exact f32 ids (`--reference-ties` and the tie audit).
-fn host_selection(scores: &[f32], bias: &[f32], k: usize) -> Vec<f32> {
-    let ne = bias.len().max(1);
-    let mut ids = Vec::with_capacity(scores.len() / ne * k);
-    for row in scores.chunks(ne) {
-        let biased: Vec<f32> = row.iter().zip(bias).map(|(a, b)| a + b).collect();
-        ids.extend(
-            torch_cpu_topk_order(&biased, k)
-                .into_iter()
-                .map(|i| i as f32),
-        );
+/// Every row's gate scores plus the routing bias: what the selection ranks.
+fn biased_scores(scores: &[f32], bias: &[f32]) -> Vec<f32> {
+    scores
+        .chunks(bias.len().max(1))
+        .flat_map(|row| row.iter().zip(bias).map(|(a, b)| a + b))
+        .collect()
+}
+
+/// The torch-CPU expert selection on the host: per token, the top-`k` of its `ne` biased scores
+/// in topk order, as exact f32 ids (`--reference-ties` and the tie audit).
+fn host_selection(biased: &[f32], ne: usize, k: usize) -> Vec<f32> {
+    let mut ids = Vec::with_capacity(biased.len() / ne.max(1) * k);
+    for row in biased.chunks(ne.max(1)) {
+        ids.extend(torch_cpu_topk_order(row, k).into_iter().map(|i| i as f32));
     }
     ids
 }
