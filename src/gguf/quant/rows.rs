@@ -432,9 +432,12 @@ pub(super) fn mxfp4_bf16(bytes: &[u8], out: &mut [f32]) {
 /// F16 rows: F16C widening on x86, else the exact software conversion.
 pub(super) fn f16(bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if simd_level() != SimdLevel::Baseline {
+    match simd_level() {
+        // SAFETY: the level says the CPU has AVX-512 F, AVX2 and F16C.
+        SimdLevel::Avx512 => return unsafe { x86::f16_avx512(bytes, out) },
         // SAFETY: F16C and AVX2 are present (every non-baseline level has them).
-        return unsafe { x86::f16_f16c(bytes, out) };
+        SimdLevel::Avx2 => return unsafe { x86::f16_f16c(bytes, out) },
+        SimdLevel::Baseline => {}
     }
     for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
         *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();

@@ -390,6 +390,27 @@ pub(super) fn round_bf16(v: &mut [f32]) {
     }
 }
 
+/// IEEE halves widened sixteen at a time with AVX-512 (the same exact `vcvtph2ps` as
+/// [`f16_f16c`], twice as wide, so a row decodes at the cache's speed rather than the
+/// narrower path's), the tail by [`f16_f16c`].
+#[target_feature(enable = "avx512f,avx2,f16c")]
+pub(super) unsafe fn f16_avx512(bytes: &[u8], out: &mut [f32]) {
+    let n = out.len().min(bytes.len() / 2);
+    let wide = n / 16 * 16;
+    for (s, d) in bytes[..2 * wide]
+        .chunks_exact(32)
+        .zip(out[..wide].chunks_exact_mut(16))
+    {
+        // SAFETY: `s` is 32 readable bytes and `d` 16 writable f32.
+        unsafe {
+            let h = _mm256_loadu_si256(s.as_ptr().cast());
+            _mm512_storeu_ps(d.as_mut_ptr(), _mm512_cvtph_ps(h));
+        }
+    }
+    // SAFETY: the caller's features include `f16_f16c`'s.
+    unsafe { f16_f16c(&bytes[2 * wide..2 * n], &mut out[wide..n]) }
+}
+
 /// IEEE halves widened eight at a time (`vcvtph2ps` is exact), the tail one by one.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn f16_f16c(bytes: &[u8], out: &mut [f32]) {
