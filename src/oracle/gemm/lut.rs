@@ -555,8 +555,8 @@ mod tests {
     }
 
     /// The direct kernels against the definition (the decoder's values, widened, summed lane
-    /// by lane in increasing step; the packed panel of those values): the K-quants and Q8_0 with NaN (quiet and signalling), infinite,
-    /// zero and subnormal scales, MXFP4 over every E8M0 exponent (the f64 and the f32 table
+    /// by lane in increasing step; the packed panel of those values): the K-quants, IQ2_XXS
+    /// and Q8_0 with NaN (quiet and signalling), infinite, zero and subnormal scales, MXFP4 over every E8M0 exponent (the f64 and the f32 table
     /// routes), MXFP4 and Q8_0 also in ragged chunks, with and without bf16 rounding, for 1 to
     /// `MR` input rows.
     #[cfg(target_arch = "x86_64")]
@@ -571,7 +571,9 @@ mod tests {
             .collect();
         for ty in [
             GgmlType::Q2K,
+            GgmlType::Q3K,
             GgmlType::Q4K,
+            GgmlType::Iq2Xxs,
             GgmlType::Mxfp4,
             GgmlType::Q8_0,
         ] {
@@ -614,7 +616,9 @@ mod tests {
                 let sm =
                     StoredMatrix::new("w", ty, NR, cols, Cow::Owned(all), round).expect("valid");
                 let kcls: &[usize] = match dk {
-                    DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => &[KC],
+                    DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs => {
+                        &[KC]
+                    }
                     _ => &[KC, 32, 96, 224],
                 };
                 for kc0 in (0..cols).step_by(KC) {

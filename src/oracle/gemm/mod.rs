@@ -2,9 +2,9 @@
 //! run time (AVX-512, AVX2 + FMA, NEON, or portable Rust), rayon over blocks of outputs, and
 //! weights either as f32 values or as the file's own blocks ([`StoredMatrix`], never a whole f32
 //! copy of the matrix: a panel's rows are decoded into a small buffer; on AVX-512 the expert
-//! types Q2_K, Q3_K, Q4_K, MXFP4 and Q8_0 are decoded block by block in registers straight into
-//! the FMAs or the packed panel, see `x86_direct`; IQ2_XXS, and every table type elsewhere, go
-//! chunk by chunk through per-group lookup tables, see `lut`).
+//! types Q2_K, Q3_K, Q4_K, IQ2_XXS, MXFP4 and Q8_0 are decoded block by block in registers
+//! straight into the FMAs or the packed panel, see `x86_direct`; every table type elsewhere
+//! goes chunk by chunk through per-group lookup tables, see `lut`).
 //!
 //! # The reduction order
 //!

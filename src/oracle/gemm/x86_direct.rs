@@ -1,4 +1,5 @@
-//! AVX-512 kernels that decode Q2_K and MXFP4 blocks straight into the FMA operands, for blocks
+//! AVX-512 kernels that decode Q2_K, Q3_K, Q4_K, IQ2_XXS, MXFP4 and Q8_0 blocks straight into
+//! the FMA operands, for blocks
 //! of at most `MR` input rows (decode and short prefills), where a panel's weights are used once
 //! per input row and preparing tables in memory (`lut`) would cost more than the FMAs.
 //!
@@ -14,7 +15,9 @@
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
-//!   permute(s) and the FMAs.
+//!   permute(s) and the FMAs. IQ2_XXS looks its grid up in registers first: byte permutes over
+//!   the 512-byte grid (four `vpermi2b` per row block) give each eight values' level indices,
+//!   a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign bits.
 //!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
 //! sees its steps in increasing order. For more input rows the same decode writes each step's
@@ -25,7 +28,7 @@
 use super::{KC, MR, NR, PANEL_STEP};
 #[cfg(test)]
 use crate::gguf::quant::rows::round_bf16_one;
-use crate::gguf::quant::{kquants, legacy, mxfp4};
+use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 
@@ -45,6 +48,7 @@ pub(super) enum DirectKind {
     Q2K,
     Q3K,
     Q4K,
+    Iq2Xxs,
     Mxfp4,
     Q8_0,
 }
@@ -56,6 +60,7 @@ impl DirectKind {
             GgmlType::Q2K => DirectKind::Q2K,
             GgmlType::Q3K => DirectKind::Q3K,
             GgmlType::Q4K => DirectKind::Q4K,
+            GgmlType::Iq2Xxs => DirectKind::Iq2Xxs,
             GgmlType::Mxfp4 => DirectKind::Mxfp4,
             GgmlType::Q8_0 => DirectKind::Q8_0,
             _ => return None,
@@ -63,11 +68,12 @@ impl DirectKind {
     }
 }
 
-/// Whether this CPU has every feature the direct kernels use (AVX-512 F, BW, VL, VBMI and
-/// BF16, F16C).
+/// Whether this CPU has every feature the direct kernels use (AVX-512 F, BW, DQ, VL, VBMI
+/// and BF16, F16C).
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512dq")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vbmi")
         && is_x86_feature_detected!("avx512bf16")
@@ -144,18 +150,19 @@ fn run(
 ) {
     assert!(
         supported(),
-        "the direct kernels need AVX-512 F, BW and VBMI"
+        "the direct kernels need AVX-512 F, BW, DQ, VL, VBMI and BF16 and F16C"
     );
     match kind {
-        DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K => {
+        DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs => {
             let bb = match kind {
                 DirectKind::Q2K => kquants::Q2_K_BLOCK_BYTES,
                 DirectKind::Q3K => kquants::Q3_K_BLOCK_BYTES,
-                _ => kquants::Q4_K_BLOCK_BYTES,
+                DirectKind::Q4K => kquants::Q4_K_BLOCK_BYTES,
+                _ => iq2xxs::BLOCK_BYTES,
             };
             assert!(
                 kcl == KC && rows.iter().all(|r| r.len() == bb),
-                "a K-quant chunk is one block a row"
+                "a K-quant or IQ2_XXS chunk is one block a row"
             )
         }
         DirectKind::Mxfp4 | DirectKind::Q8_0 => {
@@ -194,6 +201,8 @@ fn run(
         (DirectKind::Q3K, false) => by_rows!(q3k, false),
         (DirectKind::Q4K, true) => by_rows!(q4k, true),
         (DirectKind::Q4K, false) => by_rows!(q4k, false),
+        (DirectKind::Iq2Xxs, true) => by_rows!(iq2, true),
+        (DirectKind::Iq2Xxs, false) => by_rows!(iq2, false),
         (DirectKind::Mxfp4, _) => by_rows!(mx),
         (DirectKind::Q8_0, true) => by_rows!(q8, true),
         (DirectKind::Q8_0, false) => by_rows!(q8, false),
@@ -337,6 +346,31 @@ unsafe fn lookup_pair16(ta: [__m512d; 2], tb: [__m512d; 2], idx: __m512i) -> __m
         _mm512_permutex2var_pd(ta[0], idx, ta[1]),
         _mm512_permutex2var_pd(tb[0], idx, tb[1]),
     )
+}
+
+/// Step `u` of a kernel whose pairs look their weights up in two tables (eight entries of
+/// each row, the row bit 3 of a code) per group of `KC / 4 / N` steps: each pair's codes `cs`
+/// brought down by `SH` bits, one permute, then into [`sink`].
+///
+/// # Safety
+/// AVX-512F must be present; `x` and `lanes` as [`x_step`] and [`sink`] require for step `u`.
+#[inline(always)]
+unsafe fn pair_table_step<const R: usize, const N: usize, const SH: u32>(
+    (u, cs): (usize, &[__m512i; PAIRS]),
+    tabs: &[[[__m512d; 2]; N]; PAIRS],
+    (x, x_stride): (*const f64, usize),
+    acc: &mut [[__m512d; PAIRS]; R],
+    lanes: *mut f64,
+) {
+    // SAFETY: the caller's bounds.
+    unsafe {
+        let xv = x_step::<R>(x, x_stride, u);
+        for (z, (c, t)) in cs.iter().zip(tabs).enumerate() {
+            let [ta, tb] = t[u / (KC / 4 / N)];
+            let w = _mm512_permutex2var_pd(ta, _mm512_srli_epi64::<SH>(*c), tb);
+            sink::<R>((u, z, w), &xv, acc, lanes);
+        }
+    }
 }
 
 /// The eight steps `u0..u0 + 8` of a sub-block through the caller's `step!($cs, u, shift)`:
@@ -622,16 +656,9 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         // Bit 3 of every code byte of the pair's second row: its table is the second.
         let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
         macro_rules! step {
-            ($cs:ident, $u:expr, $sh:literal) => {{
-                let u = $u;
-                let xv = x_step::<R>(x, x_stride, u);
-                for z in 0..PAIRS {
-                    let idx = _mm512_srli_epi64::<$sh>($cs[z]);
-                    let [ta, tb] = tabs[z][u / 4];
-                    let w = _mm512_permutex2var_pd(ta, idx, tb);
-                    sink::<R>((u, z, w), &xv, &mut acc, lanes);
-                }
-            }};
+            ($cs:ident, $u:expr, $sh:literal) => {
+                pair_table_step::<R, 16, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
+            };
         }
         // Sub-block `s` of half `h`: the low bits (`2s`, `2s + 1` of `qs`) and the high bit
         // (`4h + s` of `hmask`, brought to bit 2 by `hm`) of each code byte, the row bit.
@@ -658,6 +685,242 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
         store_lanes(&acc, lanes);
     }
+}
+
+/// IQ2_XXS: a grid entry's eight 2-bit level indices as bytes: `IQ2_GRID_BYTES[0]` the low
+/// byte of every entry (values 0..4, two bits each), `[1]` the high byte (values 4..8).
+static IQ2_GRID_BYTES: [[u8; 256]; 2] = {
+    let mut t = [[0u8; 256]; 2];
+    let mut i = 0;
+    while i < 256 {
+        let [lo, hi] = iq2xxs::GRID_2BIT[i].to_le_bytes();
+        t[0][i] = lo;
+        t[1][i] = hi;
+        i += 1;
+    }
+    t
+};
+
+/// IQ2_XXS: a 7-bit sign code's eight sign bits (the eighth makes the count even, as the
+/// decoder's `sign_bits`).
+static IQ2_SIGNS: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut c = 0;
+    while c < 128 {
+        t[c] = if (c as u32).count_ones() % 2 == 1 {
+            c as u8 | 0x80
+        } else {
+            c as u8
+        };
+        c += 1;
+    }
+    t
+};
+
+/// IQ2_XXS: per group (one 8-byte qword: four grid indices, then `aux`), the bytes
+/// `[i0, i0, i1, i1, i2, i2, i3, i3]` (`vpshufb` within each 128-bit lane).
+static IQ2_INDEX_PAIRS: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = ((i % 16) / 8 * 8 + (i % 8) / 2) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// IQ2_XXS: per group qword, byte `t` takes `aux >> 7·(t / 2)` (`vpmultishiftqb` bit offsets;
+/// `aux` is the qword's high half).
+static IQ2_SIGN_SHIFTS: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = (32 + 7 * ((i % 8) / 2)) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The magnitudes `8, 25, 43` of the three grid levels (entry 3 never occurs) for the codes
+/// `0..4` (positive) and `4..8` (negative), twice (one row in each half), as f32, hidden from
+/// the optimiser (as [`q2k_levels`]).
+#[inline(always)]
+fn iq2_levels() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| {
+        iq2xxs::GRID_LEVELS.get(i % 4).copied().unwrap_or(0.0)
+    }))
+}
+
+/// One IQ2_XXS row block's level and sign bytes: `[e, f]` with, in the qword of group `g`,
+/// byte `t` of `e` the grid byte of step `t` (the low or high byte of the entry of its eight
+/// values `t / 2`: the level index of column `4t + j` at bits `2j`), and byte `t` of `f` the
+/// signs of the same step at bits `0..4` (the sign byte of its eight values, shifted right by
+/// 4 for the second four).
+///
+/// # Safety
+/// AVX-512 F, BW and VBMI must be present; `b` must be a whole IQ2_XXS block.
+#[inline(always)]
+unsafe fn iq2_codes(b: &[u8]) -> [__m512i; 2] {
+    debug_assert_eq!(b.len(), iq2xxs::BLOCK_BYTES);
+    // SAFETY (whole body): a block is 66 bytes: the eight groups at 2..66; the statics hold 64,
+    // 128 or 256 bytes.
+    unsafe {
+        let groups = _mm512_loadu_si512(b.as_ptr().add(2).cast());
+        let at = |t: &[u8], i: usize| _mm512_loadu_si512(t.as_ptr().add(64 * i).cast());
+        let idx = _mm512_shuffle_epi8(groups, load_u8(&IQ2_INDEX_PAIRS));
+        // Entries 128..256 where bit 7 of the index is set.
+        let upper = _mm512_movepi8_mask(idx);
+        let byte = |t: &[u8; 256]| {
+            let low = _mm512_permutex2var_epi8(at(t, 0), idx, at(t, 1));
+            let high = _mm512_permutex2var_epi8(at(t, 2), idx, at(t, 3));
+            _mm512_mask_blend_epi8(upper, low, high)
+        };
+        let odd = 0xaaaa_aaaa_aaaa_aaaa;
+        let e = _mm512_mask_blend_epi8(odd, byte(&IQ2_GRID_BYTES[0]), byte(&IQ2_GRID_BYTES[1]));
+        let codes = _mm512_multishift_epi64_epi8(load_u8(&IQ2_SIGN_SHIFTS), groups);
+        let signs = _mm512_permutex2var_epi8(at(&IQ2_SIGNS, 0), codes, at(&IQ2_SIGNS, 1));
+        let f = _mm512_mask_blend_epi8(odd, signs, _mm512_srli_epi16::<4>(signs));
+        [e, f]
+    }
+}
+
+/// One IQ2_XXS row block's `d` (F16C) and its eight groups' `db = d · (0.5 + ls) · 0.25`
+/// in f32, as the decoder computes them, for two rows: lanes `0..8` the first's groups,
+/// `8..16` the second's.
+///
+/// # Safety
+/// AVX-512 F and DQ and F16C must be present; `a` and `b` must be whole IQ2_XXS blocks.
+#[inline(always)]
+unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
+    // SAFETY (whole body): the groups are bytes 2..66 of each block, `d` bytes 0..2.
+    unsafe {
+        let ls = |r: &[u8]| {
+            let groups = _mm512_loadu_si512(r.as_ptr().add(2).cast());
+            _mm512_cvtepu64_ps(_mm512_srli_epi64::<60>(groups))
+        };
+        let ls = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ls(a)), ls(b));
+        let d = |r: &[u8]| {
+            let bits = u16::from_le_bytes([r[0], r[1]]);
+            _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+        };
+        let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d(a)), d(b));
+        _mm512_mul_ps(
+            _mm512_mul_ps(d, _mm512_add_ps(_mm512_set1_ps(0.5), ls)),
+            _mm512_set1_ps(0.25),
+        )
+    }
+}
+
+/// IQ2_XXS chunk (one block a row): each pair's eight group tables (`±db · level` for the
+/// eight codes `level | sign << 2` of both rows, one permute's two tables, rounded to bf16
+/// where the matrix rounds), its level and sign bytes ([`iq2_codes`]), then per group the
+/// lanes' code bytes (each lane's own two bits of level and sign bit, the row bit 3) and per
+/// step a shift and one permute.
+///
+/// # Safety
+/// AVX-512 F, BW, DQ, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c")]
+unsafe fn iq2<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    _kcl: usize,
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): every block is 66 bytes (checked by `run`); `x` holds R rows of
+    // 256 values `x_stride` apart and `lanes` R·PANEL_STEP values (or, with R = 0, 64 steps
+    // of a packed panel).
+    unsafe {
+        let levels = iq2_levels();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        // The second half of each row's eight entries is negative.
+        let negative = 0xf0f0;
+        let mut tabs = [[[_mm512_setzero_pd(); 2]; 8]; PAIRS];
+        let mut codes = [[[_mm512_setzero_si512(); 2]; 2]; PAIRS];
+        for z in 0..PAIRS {
+            let (a, b) = (rows[2 * z], rows[2 * z + 1]);
+            let db = iq2_scales(a, b);
+            for g2 in 0..4 {
+                // The decoder's `db · level`, negated for a set sign, rounded to bf16 where
+                // the matrix rounds.
+                let v: [__m512; 2] = std::array::from_fn(|i| {
+                    let g = 2 * g2 + i;
+                    let sel = _mm512_set_epi32(
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        8 + g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                        g as i32,
+                    );
+                    let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, db), levels);
+                    iq2_negate(negative, mag)
+                });
+                let v = round_pair::<ROUND>(v[0], v[1]);
+                tabs[z][2 * g2] = widen(v[0]);
+                tabs[z][2 * g2 + 1] = widen(v[1]);
+            }
+            codes[z] = [iq2_codes(a), iq2_codes(b)];
+        }
+        let mut acc = load_lanes::<R>(lanes);
+        let level_shift = _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0);
+        // Bit `j` of a lane's sign nibble (its column `4t + j`) to bit 2.
+        let sign_rotate = _mm512_set_epi64(63, 0, 1, 2, 63, 0, 1, 2);
+        let three = _mm512_set1_epi8(3);
+        let seven = _mm512_set1_epi8(7);
+        // Bit 3 of every code byte of the pair's second row: its table is the second.
+        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
+        macro_rules! step {
+            ($cs:ident, $u:expr, $sh:literal) => {
+                pair_table_step::<R, 8, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
+            };
+        }
+        for g in 0..8 {
+            let pick = _mm512_set_epi64(
+                8 + g as i64,
+                8 + g as i64,
+                8 + g as i64,
+                8 + g as i64,
+                g as i64,
+                g as i64,
+                g as i64,
+                g as i64,
+            );
+            // Lane `l`'s code bytes of group `g`: level bits `2j..2j + 2` of the grid byte,
+            // sign bit `j` of the nibble (`j = l mod 4`), the row bit.
+            let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
+                let [[ea, fa], [eb, fb]] = codes[z];
+                let e = _mm512_srlv_epi64(_mm512_permutex2var_epi64(ea, pick, eb), level_shift);
+                let f = _mm512_rolv_epi64(_mm512_permutex2var_epi64(fa, pick, fb), sign_rotate);
+                let c = _mm512_ternarylogic_epi64::<0xE4>(e, f, three);
+                _mm512_ternarylogic_epi64::<0xEA>(c, seven, second)
+            });
+            eight_steps!(step, cs, 8 * g);
+        }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// `v` with the lanes of `mask` negated as the decoder negates (`· −1` as a sign flip).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn iq2_negate(mask: __mmask16, v: __m512) -> __m512 {
+    let bits = _mm512_castps_si512(v);
+    let sign = _mm512_set1_epi32(i32::MIN);
+    _mm512_castsi512_ps(_mm512_mask_xor_epi32(bits, mask, bits, sign))
 }
 
 /// Word `2i + 1` of f32 lane `i` (its high half; the low half is masked to zero) from the
