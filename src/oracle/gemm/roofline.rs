@@ -7,11 +7,9 @@ use super::KernelPath;
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// CPU time of every thread of this process so far, in ns (`CLOCK_PROCESS_CPUTIME_ID`, which
-/// counts running threads up to the moment of the call, unlike `/proc/self/task/*/schedstat`,
-/// which a running thread reaches only at scheduler events and so under-counts short runs), or
-/// `None` where the clock is unavailable.
-pub fn process_cpu_ns() -> Option<u64> {
+/// CPU time the calling thread has run so far, in ns (`CLOCK_THREAD_CPUTIME_ID`: a thread's
+/// own clock is exact at the moment it reads it), or `None` where the clock is unavailable.
+fn thread_cpu_ns() -> Option<u64> {
     #[cfg(unix)]
     {
         let mut ts = libc::timespec {
@@ -19,7 +17,7 @@ pub fn process_cpu_ns() -> Option<u64> {
             tv_nsec: 0,
         };
         // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         if rc != 0 {
             return None;
         }
@@ -31,18 +29,33 @@ pub fn process_cpu_ns() -> Option<u64> {
     None
 }
 
+/// CPU time, in ns, of the calling thread and of every rayon worker, each clock read by its own
+/// thread (`rayon::broadcast`), or `None` where a clock is unavailable. The process clock
+/// (`CLOCK_PROCESS_CPUTIME_ID`) is not enough: it adds a running thread other than the caller
+/// only up to that thread's last scheduler tick, so it can leave out all of another thread's
+/// part of a sub-millisecond run and report the run up to twice as fast as it was.
+pub fn threads_cpu_ns() -> Option<u64> {
+    let workers = rayon::broadcast(|_| thread_cpu_ns())
+        .into_iter()
+        .try_fold(0u64, |sum, t| sum.checked_add(t?))?;
+    if rayon::current_thread_index().is_some() {
+        // The caller is one of the workers the broadcast already read.
+        return Some(workers);
+    }
+    workers.checked_add(thread_cpu_ns()?)
+}
+
 /// Seconds a run took on the CPUs it used: the process's CPU time divided by the threads that
 /// were busy, capped by the wall time. On a machine shared with other tenants this leaves out
 /// the time slices they took (which wall time counts), so limits and kernels are compared on
 /// the same footing; where CPU time is unavailable it is the wall time.
 pub fn compute_seconds(busy_threads: usize, f: impl FnOnce()) -> f64 {
-    let c0 = process_cpu_ns();
+    let c0 = threads_cpu_ns();
     let t0 = Instant::now();
     f();
     let wall = t0.elapsed().as_secs_f64();
-    match (c0, process_cpu_ns()) {
-        // A clock that did not move means a run too short for it (a running thread's time
-        // reaches schedstat at scheduler events): the wall time then.
+    match (c0, threads_cpu_ns()) {
+        // A clock that did not move means a run too short for it: the wall time then.
         (Some(a), Some(b)) if b > a => wall.min((b - a) as f64 * 1e-9 / busy_threads.max(1) as f64),
         _ => wall,
     }
@@ -216,5 +229,42 @@ mod tests {
         }
         let b = bandwidth(1 << 20, 1);
         assert!(b.memcpy_gbs > 0.0 && b.read_gbs > 0.0, "{b:?}");
+    }
+
+    /// CPU time each of two parallel tasks burns, measured on its own thread's clock.
+    const SPIN_NS: u64 = 2_000_000;
+
+    /// Burns `SPIN_NS` of this thread's CPU time.
+    fn spin() {
+        let start = thread_cpu_ns().expect("thread clock");
+        while thread_cpu_ns().expect("thread clock") - start < SPIN_NS {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn a_short_parallel_run_counts_every_threads_cpu_time() {
+        // Two tasks each burn SPIN_NS of CPU inside the measured window, so the CPU time over
+        // two busy threads is at least SPIN_NS, and so is the wall time (one task alone ran
+        // that long): a clock that left out either thread's share (the worker's, or the
+        // caller's, which runs one task itself from inside the pool) reports less. (The
+        // process clock passes this test only because `spin` reads its thread's clock, which
+        // brings that thread's time up to date; a kernel that does not read it is undercounted
+        // until its next scheduler tick.)
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("a pool of two threads");
+        for _ in 0..20 {
+            let s = pool.install(|| {
+                compute_seconds(2, || {
+                    rayon::join(spin, spin);
+                })
+            });
+            assert!(
+                s >= SPIN_NS as f64 * 1e-9,
+                "a run of two {SPIN_NS} ns tasks measured {s} s"
+            );
+        }
     }
 }
