@@ -84,3 +84,32 @@ fn fast_rows_equal_the_reference_block_decoders_bit_for_bit() {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn streaming_f16_rows_equal_the_reference_at_every_alignment() {
+    // The streaming decoder runs on outputs of F16_STREAM_MIN_BYTES and more; here it is called
+    // directly on short rows that start at every f32 offset of a 64-byte line, with tails of
+    // every length, so the aligned head, the streamed body and the tail all run.
+    assert_eq!(
+        detected_simd_level(),
+        SimdLevel::Avx512,
+        "this machine's kind has AVX-512; the streaming F16 decoder needs it"
+    );
+    let values = 16 * 40 + 15;
+    let src = bytes(2 * values, 0x16);
+    let mut want = vec![0f32; values];
+    dequantize_reference(GgmlType::F16, &src, &mut want).expect("reference");
+    for offset in 0..16 {
+        for len in [0, 1, 15, 16, 17, 33, values - offset] {
+            let mut buf = vec![1f32; offset + len];
+            // SAFETY: the level check above says the CPU has AVX-512 F, AVX2 and F16C.
+            unsafe { super::x86::f16_avx512_streaming(&src[..2 * len], &mut buf[offset..]) };
+            let differ = want[..len]
+                .iter()
+                .zip(&buf[offset..])
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ, None, "offset {offset}, {len} values");
+        }
+    }
+}

@@ -396,6 +396,10 @@ pub(super) fn round_bf16(v: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx2,f16c")]
 pub(super) unsafe fn f16_avx512(bytes: &[u8], out: &mut [f32]) {
     let n = out.len().min(bytes.len() / 2);
+    if n * 4 >= F16_STREAM_MIN_BYTES {
+        // SAFETY: the caller's features are `f16_avx512_streaming`'s.
+        return unsafe { f16_avx512_streaming(bytes, out) };
+    }
     let wide = n / 16 * 16;
     for (s, d) in bytes[..2 * wide]
         .chunks_exact(32)
@@ -408,6 +412,38 @@ pub(super) unsafe fn f16_avx512(bytes: &[u8], out: &mut [f32]) {
         }
     }
     // SAFETY: the caller's features include `f16_f16c`'s.
+    unsafe { f16_f16c(&bytes[2 * wide..2 * n], &mut out[wide..n]) }
+}
+
+/// Outputs of at least this many bytes (beyond a core's L2) are written by
+/// [`f16_avx512_streaming`]. F16 reads two bytes per value and writes four, so with ordinary
+/// stores, which first read each output line into the cache, most of a large decode's memory
+/// traffic is the output; the quantized types read far fewer bytes per value and gain little.
+pub(super) const F16_STREAM_MIN_BYTES: usize = 4 << 20;
+
+/// [`f16_avx512`] for outputs too large for the cache: the same conversions, written with
+/// non-temporal stores from the first 64-byte-aligned value on (the values before it, and the
+/// tail, by [`f16_f16c`]), then a store fence so the values are visible like ordinary stores.
+#[target_feature(enable = "avx512f,avx2,f16c")]
+pub(super) unsafe fn f16_avx512_streaming(bytes: &[u8], out: &mut [f32]) {
+    let n = out.len().min(bytes.len() / 2);
+    let head = out.as_ptr().align_offset(64).min(n);
+    let wide = head + (n - head) / 16 * 16;
+    // SAFETY: the caller's features include `f16_f16c`'s.
+    unsafe { f16_f16c(&bytes[..2 * head], &mut out[..head]) };
+    for (s, d) in bytes[2 * head..2 * wide]
+        .chunks_exact(32)
+        .zip(out[head..wide].chunks_exact_mut(16))
+    {
+        // SAFETY: `s` is 32 readable bytes, `d` 16 writable f32 starting 64-byte aligned
+        // (`head` aligned the first, and each chunk is 64 bytes).
+        unsafe {
+            let h = _mm256_loadu_si256(s.as_ptr().cast());
+            _mm512_stream_ps(d.as_mut_ptr(), _mm512_cvtph_ps(h));
+        }
+    }
+    _mm_sfence();
+    // SAFETY: as above.
     unsafe { f16_f16c(&bytes[2 * wide..2 * n], &mut out[wide..n]) }
 }
 
