@@ -846,24 +846,9 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
                 // the matrix rounds.
                 let v: [__m512; 2] = std::array::from_fn(|i| {
                     let g = 2 * g2 + i;
-                    let sel = _mm512_set_epi32(
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        8 + g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                        g as i32,
-                    );
+                    // Lanes 0..8 take the first row's group `g`, 8..16 the second's.
+                    let sel =
+                        _mm512_mask_set1_epi32(_mm512_set1_epi32(g as i32), 0xff00, 8 + g as i32);
                     let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, db), levels);
                     iq2_negate(negative, mag)
                 });
@@ -887,16 +872,8 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
             };
         }
         for g in 0..8 {
-            let pick = _mm512_set_epi64(
-                8 + g as i64,
-                8 + g as i64,
-                8 + g as i64,
-                8 + g as i64,
-                g as i64,
-                g as i64,
-                g as i64,
-                g as i64,
-            );
+            // Lanes 0..4 take the first row's qword `g`, 4..8 the second's.
+            let pick = _mm512_mask_set1_epi64(_mm512_set1_epi64(g as i64), 0xf0, 8 + g as i64);
             // Lane `l`'s code bytes of group `g`: level bits `2j..2j + 2` of the grid byte,
             // sign bit `j` of the nibble (`j = l mod 4`), the row bit.
             let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
