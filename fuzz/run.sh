@@ -22,6 +22,8 @@ if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v golden-lens-fuzz)
 fi
 [ -d corpus ] || ./seeds.sh
+# The dictionaries follow the sources (a committed copy goes stale when a name changes).
+./seeds.sh --dicts
 nice -n 19 cargo +nightly fuzz build -O >/dev/null
 printf '%-14s %12s %8s %8s %9s %s\n' target executions exec/s cov features findings
 for t in "${targets[@]}"; do

@@ -1,10 +1,56 @@
 #!/usr/bin/env bash
 # Seeds fuzz/corpus/TARGET from the repository's own files: reference goldens, the first pass's
 # reproducers, tiny GGUF exports of both dialects (when the golden-lens binary is built), the
-# shipped name maps, small npy/npz/safetensors/manifest dumps, and a few blocks of every type.
+# shipped name maps, small npy/npz/safetensors/manifest dumps, and a few blocks of every type;
+# then writes the dictionaries in fuzz/dict/. With --dicts it only writes the dictionaries.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=..
+# The libFuzzer dictionaries, derived from the sources (so a renamed key, field or shader
+# name reaches them): fuzz/run.sh rewrites them before every campaign.
+write_dicts() {
+  # Dictionaries: every deepseek41 key spelled in the key table, and the golden schema's fields.
+  {
+    echo '"GGUF"'
+    grep -o '"[a-z_][a-z0-9_.]*"' $root/src/gguf/deepseek41/keys.rs | sort -u |
+      sed 's/^"\(.*\)"$/"deepseek41.\1"\n"\1"/'
+    for k in general.architecture general.name general.alignment tokenizer.ggml.tokens \
+             split.count split.no split.tensors.count; do echo "\"$k\""; done
+  } > dict/gguf.dict
+  {
+    grep -oh '"[a-z_][a-z0-9_]*"' $root/src/golden/fixture.rs $root/src/golden/parse/*.rs \
+      $root/src/golden/schema.rs | sort -u
+    for t in '{' '}' '[' ']' ':' ',' 'null' 'true' 'false' '1e308' '-0' '1.0e-45' \
+             '18446744073709551616' '"NaN"' '"Infinity"'; do printf '"%s"\n' "${t//\"/\\\"}"; done
+  } > dict/json.dict
+  {
+    for t in '[[rule]]' 'match' 'capture' 'layer' 'transpose' 'scale' 'dtype' '{layer}' '{pos}'  \
+             '"""' "'''" '= [' '= {' ; do printf '"%s"\n' "${t//\"/\\\"}"; done
+    grep -oh '"[a-z_][a-z0-9_]*"' $root/src/import/map.rs | sort -u
+  } > dict/toml.dict
+  # The WGSL dictionary: keywords, types, attributes, builtins, and the names the Rust side
+  # checks (entry points, structs, functions, constants of the embedded shaders).
+  {
+    for t in fn var let const struct return if else loop for while break continue switch case \
+             default override alias enable requires diagnostic continuing discard true false \
+             '@compute' '@workgroup_size(' '@group(0)' '@binding(' '@builtin(' '@align(' '@size(' \
+             'var<storage, read>' 'var<storage, read_write>' 'var<uniform>' 'var<workgroup>' \
+             'var<private>' 'array<' 'atomic<' 'ptr<' 'vec2<' 'vec3<' 'vec4<' 'mat4x4<' \
+             f32 f16 i32 u32 bool vec3u vec4f global_invocation_id local_invocation_id \
+             local_invocation_index workgroup_id num_workgroups subgroup_size arrayLength \
+             workgroupBarrier storageBarrier atomicAdd atomicLoad atomicStore bitcast select \
+             clamp min max abs exp log sqrt inverseSqrt fma floor round pow countOneBits \
+             extractBits insertBits unpack2x16float pack2x16float '->' '::' '>>' '<<' '>>=' \
+             '{' '}' '(' ')' '[' ']' ';' ',' '//' '/*' '*/' '0u' '1e38' '0x7f800000u' \
+             '4294967295u' '-2147483648i'; do printf '"%s"\n' "${t//\"/\\\"}"; done
+    grep -ohE '^ *(fn|struct|const|override) [A-Za-z_][A-Za-z0-9_]*' $root/shaders/*.wgsl |
+      awk '{print "\"" $2 "\""}' | sort -u
+  } > dict/wgsl.dict
+}
+if [ "${1:-}" = --dicts ]; then
+  write_dicts
+  exit 0
+fi
 c=corpus
 mkdir -p $c/{golden_parse,gguf_file,gguf_model,dequant,engram_rows,import_dump,name_map,shader_set}
 cp $root/golden/reference/ds41_tiny_golden.v1.json $root/golden/reference/ds41_tiny_golden.v2.json \
@@ -66,25 +112,7 @@ for t in range(16):
     with open(os.path.join(c, 'engram_rows', 'rows%d' % t), 'wb') as f:
         f.write(bytes([t % 8, t]) + bytes(random.getrandbits(8) for _ in range(2 * 528)))
 PY
-# Dictionaries: every deepseek41 key spelled in the key table, and the golden schema's fields.
-{
-  echo '"GGUF"'
-  grep -o '"[a-z_][a-z0-9_.]*"' $root/src/gguf/deepseek41/keys.rs | sort -u |
-    sed 's/^"\(.*\)"$/"deepseek41.\1"\n"\1"/'
-  for k in general.architecture general.name general.alignment tokenizer.ggml.tokens \
-           split.count split.no split.tensors.count; do echo "\"$k\""; done
-} > dict/gguf.dict
-{
-  grep -oh '"[a-z_][a-z0-9_]*"' $root/src/golden/fixture.rs $root/src/golden/parse/*.rs \
-    $root/src/golden/schema.rs | sort -u
-  for t in '{' '}' '[' ']' ':' ',' 'null' 'true' 'false' '1e308' '-0' '1.0e-45' \
-           '18446744073709551616' '"NaN"' '"Infinity"'; do printf '"%s"\n' "${t//\"/\\\"}"; done
-} > dict/json.dict
-{
-  for t in '[[rule]]' 'match' 'capture' 'layer' 'transpose' 'scale' 'dtype' '{layer}' '{pos}'  \
-           '"""' "'''" '= [' '= {' ; do printf '"%s"\n' "${t//\"/\\\"}"; done
-  grep -oh '"[a-z_][a-z0-9_]*"' $root/src/import/map.rs | sort -u
-} > dict/toml.dict
+write_dicts
 # shader_set: each embedded WGSL file behind the byte that picks it (`common` first, then the
 # kernel families in `FAMILIES` order, read from the table itself).
 i=0
@@ -92,22 +120,4 @@ for f in common $(sed -n 's/^ *&crate::gpu::\([a-z_]*\)::FAMILY,$/\1/p' $root/sr
   { printf "\\$(printf '%03o' $i)"; cat $root/shaders/$f.wgsl; } > $c/shader_set/$f
   i=$((i + 1))
 done
-# The WGSL dictionary: keywords, types, attributes, builtins, and the names the Rust side
-# checks (entry points, structs, functions, constants of the embedded shaders).
-{
-  for t in fn var let const struct return if else loop for while break continue switch case \
-           default override alias enable requires diagnostic continuing discard true false \
-           '@compute' '@workgroup_size(' '@group(0)' '@binding(' '@builtin(' '@align(' '@size(' \
-           'var<storage, read>' 'var<storage, read_write>' 'var<uniform>' 'var<workgroup>' \
-           'var<private>' 'array<' 'atomic<' 'ptr<' 'vec2<' 'vec3<' 'vec4<' 'mat4x4<' \
-           f32 f16 i32 u32 bool vec3u vec4f global_invocation_id local_invocation_id \
-           local_invocation_index workgroup_id num_workgroups subgroup_size arrayLength \
-           workgroupBarrier storageBarrier atomicAdd atomicLoad atomicStore bitcast select \
-           clamp min max abs exp log sqrt inverseSqrt fma floor round pow countOneBits \
-           extractBits insertBits unpack2x16float pack2x16float '->' '::' '>>' '<<' '>>=' \
-           '{' '}' '(' ')' '[' ']' ';' ',' '//' '/*' '*/' '0u' '1e38' '0x7f800000u' \
-           '4294967295u' '-2147483648i'; do printf '"%s"\n' "${t//\"/\\\"}"; done
-  grep -ohE '^ *(fn|struct|const|override) [A-Za-z_][A-Za-z0-9_]*' $root/shaders/*.wgsl |
-    awk '{print "\"" $2 "\""}' | sort -u
-} > dict/wgsl.dict
 echo "seeded: $(find $c -type f | wc -l) files"

@@ -15,9 +15,12 @@
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
-//!   permute(s) and the FMAs. IQ2_XXS looks its grid up in registers first: byte permutes over
-//!   the 512-byte grid (four `vpermi2b` per row block) give each eight values' level indices,
-//!   a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign bits.
+//!   permute(s) and the FMAs. Q2_K keeps its pairs' step codes in memory and takes every odd
+//!   step's by a load at a byte offset instead of a shift ([`StepCodes`]): the table builds and
+//!   the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS looks
+//!   its grid up in registers first: byte permutes over the 512-byte grid (four `vpermi2b`
+//!   per row block) give each eight values' level indices, a bit-field shuffle
+//!   (`vpmultishiftqb`) and a 128-byte permute their sign bits.
 //!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
 //! sees its steps in increasing order. For more input rows the same decode writes each step's
@@ -31,6 +34,7 @@ use crate::gguf::quant::rows::round_bf16_one;
 use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// Pairs of rows in a panel.
 const PAIRS: usize = NR / 2;
@@ -270,6 +274,28 @@ unsafe fn widen(v: __m512) -> [__m512d; 2] {
     ]
 }
 
+/// [`widen`] through memory: each half's conversion reads it with a load, where taking the
+/// high half from the register costs a shuffle on port 5, the port that Q2_K's table build
+/// and the step permutes keep busiest (volatile, or the compiler turns it back into the
+/// shuffle). Slower where the tables are on the critical path (the round trip adds latency).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn widen_via_memory(v: __m512) -> [__m512d; 2] {
+    let mut t = MaybeUninit::<[__m256; 2]>::uninit();
+    // SAFETY: `t` is 64 writable bytes, aligned for `__m256`; both halves are read after the
+    // write.
+    unsafe {
+        std::ptr::write_volatile(t.as_mut_ptr().cast::<__m512>(), v);
+        let h = t.as_ptr().cast::<__m256>();
+        [
+            _mm512_cvtps_pd(std::ptr::read_volatile(h)),
+            _mm512_cvtps_pd(std::ptr::read_volatile(h.add(1))),
+        ]
+    }
+}
+
 /// The accumulators of `R` input rows' pairs, from `lanes` (`R·PANEL_STEP` values).
 ///
 /// # Safety
@@ -390,6 +416,78 @@ macro_rules! eight_steps {
     }};
 }
 
+/// The eight steps `u0..u0 + 8` through the caller's `step!(u0, t, 8t)` (literals: every
+/// step written out).
+macro_rules! eight_steps_at {
+    ($step:ident, $u0:expr) => {{
+        let u0 = $u0;
+        $step!(u0, 0, 0);
+        $step!(u0, 1, 8);
+        $step!(u0, 2, 16);
+        $step!(u0, 3, 24);
+        $step!(u0, 4, 32);
+        $step!(u0, 5, 40);
+        $step!(u0, 6, 48);
+        $step!(u0, 7, 56);
+    }};
+}
+
+/// One pair's step codes in memory, `N` rows of eight steps: byte `8l + t` of row `r` is lane
+/// `l`'s table index at step `8r + t`, and a zeroed row follows the last. A step's indices are
+/// a row brought down by `8t` bits, or the 64 bytes from byte `t` of the row (the permutes
+/// read only a lane's low bits; the bytes above are later steps' or the next row's): a load
+/// there costs a load port where a shift costs one of the two vector ports the permutes and
+/// FMAs share, and line-split loads are slow, so [`step_code!`] takes the odd steps by load
+/// and the even ones by shift.
+#[repr(C, align(64))]
+struct StepCodes<const N: usize> {
+    rows: [__m512i; N],
+    seal: __m512i,
+}
+
+impl<const N: usize> StepCodes<N> {
+    /// Writes row `r`.
+    ///
+    /// # Safety
+    /// AVX-512F must be present.
+    #[inline(always)]
+    unsafe fn put(&mut self, r: usize, v: __m512i) {
+        self.rows[r] = v;
+    }
+
+    /// Writes the zeroed row after the last.
+    ///
+    /// # Safety
+    /// AVX-512F must be present.
+    #[inline(always)]
+    unsafe fn seal(&mut self) {
+        self.seal = _mm512_setzero_si512();
+    }
+
+    /// Row `r`'s first byte (`r < N`; 128 bytes from it are initialised once every row and the
+    /// seal are written).
+    #[inline(always)]
+    fn at(&self, r: usize) -> *const u8 {
+        assert!(r < N);
+        // In bounds: the struct holds N + 1 rows of 64 bytes.
+        (self as *const Self).cast::<u8>().wrapping_add(64 * r)
+    }
+}
+
+/// Step `t`'s table indices from row `r` of a [`StepCodes`] (`sh` = `8t`): see there.
+macro_rules! step_code {
+    ($sc:expr, $r:expr, $t:literal, $sh:literal) => {{
+        let at = $sc.at($r);
+        // Bytes at..at + 128 are the row and the next (or the seal); the caller is in an
+        // unsafe block that vouches for the features.
+        if $t % 2 == 1 {
+            _mm512_loadu_si512(at.add($t).cast())
+        } else {
+            _mm512_srli_epi64::<$sh>(_mm512_load_si512(at.cast()))
+        }
+    }};
+}
+
 /// Each input row's four values of step `u`, in both halves of a register.
 ///
 /// # Safety
@@ -483,12 +581,32 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
         let levels = q2k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&Q2K_TRANSPOSE);
-        let mut tabs = [[_mm512_setzero_pd(); Q2K_GROUPS]; PAIRS];
-        let mut codes = [[_mm512_setzero_si512(); PAIRS]; 2];
+        let three = _mm512_set1_epi8(3);
+        // Bit 2 of every code byte of the pair's second row: its table entries are 4..8.
+        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0404_0404_0404_0404);
+        // Each pair's step codes ([`StepCodes`]), first, so that their stores have reached the
+        // cache when the steps load them: sub-block `s` of half `h` (bits `2s`, `2s + 1` of
+        // each code byte) with the row bit, as row `4h + s`.
+        let mut sc = MaybeUninit::<[StepCodes<8>; PAIRS]>::uninit();
         for z in 0..PAIRS {
-            let (a, b) = (rows[2 * z], rows[2 * z + 1]);
-            let (dla, mla) = q2k_scales(a);
-            let (dlb, mlb) = q2k_scales(b);
+            let row = |c: __m512i| _mm512_ternarylogic_epi64::<0xEA>(c, three, second);
+            let sc = &mut (*sc.as_mut_ptr())[z];
+            for half in 0..2 {
+                let c = transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * half, transpose);
+                sc.put(4 * half, row(c));
+                sc.put(4 * half + 1, row(_mm512_srli_epi64::<2>(c)));
+                sc.put(4 * half + 2, row(_mm512_srli_epi64::<4>(c)));
+                sc.put(4 * half + 3, row(_mm512_srli_epi64::<6>(c)));
+            }
+            sc.seal();
+        }
+        // Written in place, not into zeroed arrays: zeroing six kilobytes of tables a chunk
+        // costs as much as a sixth of the chunk's steps.
+        let mut tabs = MaybeUninit::<[[__m512d; Q2K_GROUPS]; PAIRS]>::uninit();
+        let tp = tabs.as_mut_ptr();
+        for z in 0..PAIRS {
+            let (dla, mla) = q2k_scales(rows[2 * z]);
+            let (dlb, mlb) = q2k_scales(rows[2 * z + 1]);
             for (h2, sels) in Q2K_GROUP_LANES.chunks_exact(2).enumerate() {
                 // The decoder's `dl · q − ml` for groups 4h2..4h2 + 4, rounded to bf16 where
                 // the matrix rounds.
@@ -500,48 +618,28 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
                 });
                 let v = round_pair::<ROUND>(v[0], v[1]);
                 for (i, v) in v.iter().enumerate() {
-                    let [lo, hi] = widen(*v);
-                    tabs[z][4 * h2 + 2 * i] = lo;
-                    tabs[z][4 * h2 + 2 * i + 1] = hi;
+                    let [lo, hi] = widen_via_memory(*v);
+                    (*tp)[z][4 * h2 + 2 * i] = lo;
+                    (*tp)[z][4 * h2 + 2 * i + 1] = hi;
                 }
             }
-            for (half, c) in codes.iter_mut().enumerate() {
-                c[z] = transposed_pair(a, b, 16 + 32 * half, transpose);
-            }
         }
+        // Every table and step-code row was written above.
+        let (tabs, sc) = (tabs.assume_init(), sc.assume_init());
         let mut acc = load_lanes::<R>(lanes);
-        let three = _mm512_set1_epi8(3);
-        // Bit 2 of every code byte of the pair's second row: its table entries are 4..8.
-        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0404_0404_0404_0404);
-        // Step `u` from the sub-block codes `cs`, its byte brought down by `sh` bits (literal
-        // shifts: every step is written out, so nothing waits on a shift count).
         macro_rules! step {
-            ($cs:ident, $u:expr, $sh:literal) => {{
-                let u = $u;
+            ($u0:expr, $t:literal, $sh:literal) => {{
+                let u = $u0 + $t;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
-                    let idx = _mm512_srli_epi64::<$sh>($cs[z]);
+                    let idx = step_code!(sc[z], u / 8, $t, $sh);
                     let w = _mm512_permutexvar_pd(idx, tabs[z][u / 4]);
                     sink::<R>((u, z, w), &xv, &mut acc, lanes);
                 }
             }};
         }
-        // Sub-block `s` of half `half`: its codes (bits `by = 2s`, `2s + 1` of each byte) with
-        // the row bit, then its eight steps.
-        macro_rules! sub_block {
-            ($half:ident, $codes:ident, $s:literal, $by:literal) => {{
-                let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
-                    let shifted = _mm512_srli_epi64::<$by>($codes[z]);
-                    _mm512_ternarylogic_epi64::<0xEA>(shifted, three, second)
-                });
-                eight_steps!(step, cs, 32 * $half + 8 * $s);
-            }};
-        }
-        for (half, codes) in codes.iter().enumerate() {
-            sub_block!(half, codes, 0, 0);
-            sub_block!(half, codes, 1, 2);
-            sub_block!(half, codes, 2, 4);
-            sub_block!(half, codes, 3, 6);
+        for sub in 0..8 {
+            eight_steps_at!(step, 8 * sub);
         }
         store_lanes(&acc, lanes);
     }
@@ -635,8 +733,10 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         let transpose = load_u8(&Q2K_TRANSPOSE);
         let load_pair =
             |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
-        let mut tabs = [[[_mm512_setzero_pd(); 2]; 16]; PAIRS];
-        for (z, tabs) in tabs.iter_mut().enumerate() {
+        // In place, not into a zeroed array (twelve kilobytes a chunk; see `q2k`).
+        let mut all_tabs = MaybeUninit::<[[[__m512d; 2]; 16]; PAIRS]>::uninit();
+        for z in 0..PAIRS {
+            let tabs = &mut (*all_tabs.as_mut_ptr())[z];
             let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
             for (g2, sels) in Q3K_GROUP_LANES.chunks_exact(2).enumerate() {
                 // The decoder's `dl · q`, rounded to bf16 where the matrix rounds.
@@ -649,6 +749,8 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                 tabs[2 * g2 + 1] = widen(v[1]);
             }
         }
+        // Every table was written above.
+        let tabs = all_tabs.assume_init();
         let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
         let mut acc = load_lanes::<R>(lanes);
         let three = _mm512_set1_epi8(3);
@@ -836,8 +938,10 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
         let levels = _mm512_loadu_ps(levels.as_ptr());
         // The second half of each row's eight entries is negative.
         let negative = 0xf0f0;
-        let mut tabs = [[[_mm512_setzero_pd(); 2]; 8]; PAIRS];
-        let mut codes = [[[_mm512_setzero_si512(); 2]; 2]; PAIRS];
+        // In place, not into zeroed arrays (see `q2k`).
+        let mut tabs = MaybeUninit::<[[[__m512d; 2]; 8]; PAIRS]>::uninit();
+        let mut codes = MaybeUninit::<[[[__m512i; 2]; 2]; PAIRS]>::uninit();
+        let (tp, cp) = (tabs.as_mut_ptr(), codes.as_mut_ptr());
         for z in 0..PAIRS {
             let (a, b) = (rows[2 * z], rows[2 * z + 1]);
             let db = iq2_scales(a, b);
@@ -853,11 +957,13 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
                     iq2_negate(negative, mag)
                 });
                 let v = round_pair::<ROUND>(v[0], v[1]);
-                tabs[z][2 * g2] = widen(v[0]);
-                tabs[z][2 * g2 + 1] = widen(v[1]);
+                (*tp)[z][2 * g2] = widen(v[0]);
+                (*tp)[z][2 * g2 + 1] = widen(v[1]);
             }
-            codes[z] = [iq2_codes(a), iq2_codes(b)];
+            (*cp)[z] = [iq2_codes(a), iq2_codes(b)];
         }
+        // Every table and code register was written above.
+        let (tabs, codes) = (tabs.assume_init(), codes.assume_init());
         let mut acc = load_lanes::<R>(lanes);
         let level_shift = _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0);
         // Bit `j` of a lane's sign nibble (its column `4t + j`) to bit 2.
@@ -1146,18 +1252,31 @@ unsafe fn mx<const R: usize>(
         for b0 in (0..n_blocks).step_by(2) {
             let blocks = 2.min(n_blocks - b0);
             let mask: u64 = (1u64 << (bb * blocks)) - 1;
-            let mut codes = [_mm512_setzero_si512(); PAIRS];
-            let mut tabs = [[[_mm512_setzero_pd(); 2]; 4]; PAIRS];
+            // In place, not into zeroed arrays (see `q2k`); a missing second block's tables
+            // are zeros (never read).
+            let mut codes = MaybeUninit::<[__m512i; PAIRS]>::uninit();
+            let mut tabs = MaybeUninit::<[[[__m512d; 2]; 4]; PAIRS]>::uninit();
+            let (tp, cp) = (tabs.as_mut_ptr(), codes.as_mut_ptr());
             for z in 0..PAIRS {
                 let (a, b) = (rows[2 * z], rows[2 * z + 1]);
                 let va = _mm512_maskz_loadu_epi8(mask, a.as_ptr().add(bb * b0).cast());
                 let vb = _mm512_maskz_loadu_epi8(mask, b.as_ptr().add(bb * b0).cast());
-                codes[z] = _mm512_permutex2var_epi8(va, transpose, vb);
-                for beta in 0..blocks {
-                    tabs[z][2 * beta] = mxfp4_tables(a[bb * (b0 + beta)]);
-                    tabs[z][2 * beta + 1] = mxfp4_tables(b[bb * (b0 + beta)]);
+                (*cp)[z] = _mm512_permutex2var_epi8(va, transpose, vb);
+                for beta in 0..2 {
+                    let [ta, tb] = if beta < blocks {
+                        [
+                            mxfp4_tables(a[bb * (b0 + beta)]),
+                            mxfp4_tables(b[bb * (b0 + beta)]),
+                        ]
+                    } else {
+                        [[_mm512_setzero_pd(); 2]; 2]
+                    };
+                    (*tp)[z][2 * beta] = ta;
+                    (*tp)[z][2 * beta + 1] = tb;
                 }
             }
+            // Every table and code register was written above.
+            let (tabs, codes) = (tabs.assume_init(), codes.assume_init());
             // Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and
             // for the block's second half (t ≥ 4) its high nibble, 4 bits on; the table
             // permutes read bits 0..4. Literal shifts, every step written out.
