@@ -416,22 +416,6 @@ macro_rules! eight_steps {
     }};
 }
 
-/// The eight steps `u0..u0 + 8` through the caller's `step!(u0, t, 8t)` (literals: every
-/// step written out).
-macro_rules! eight_steps_at {
-    ($step:ident, $u0:expr) => {{
-        let u0 = $u0;
-        $step!(u0, 0, 0);
-        $step!(u0, 1, 8);
-        $step!(u0, 2, 16);
-        $step!(u0, 3, 24);
-        $step!(u0, 4, 32);
-        $step!(u0, 5, 40);
-        $step!(u0, 6, 48);
-        $step!(u0, 7, 56);
-    }};
-}
-
 /// One pair's step codes in memory, `N` rows of eight steps: byte `8l + t` of row `r` is lane
 /// `l`'s table index at step `8r + t`, and a zeroed row follows the last. A step's indices are
 /// a row brought down by `8t` bits, or the 64 bytes from byte `t` of the row (the permutes
@@ -474,14 +458,15 @@ impl<const N: usize> StepCodes<N> {
     }
 }
 
-/// Step `t`'s table indices from row `r` of a [`StepCodes`] (`sh` = `8t`): see there.
+/// Step `t`'s table indices from row `r` of a [`StepCodes`] (`sh` = `8t`, as
+/// `eight_steps!` passes it): see there.
 macro_rules! step_code {
-    ($sc:expr, $r:expr, $t:literal, $sh:literal) => {{
+    ($sc:expr, $r:expr, $sh:literal) => {{
         let at = $sc.at($r);
         // Bytes at..at + 128 are the row and the next (or the seal); the caller is in an
         // unsafe block that vouches for the features.
-        if $t % 2 == 1 {
-            _mm512_loadu_si512(at.add($t).cast())
+        if $sh % 16 == 8 {
+            _mm512_loadu_si512(at.add($sh / 8).cast())
         } else {
             _mm512_srli_epi64::<$sh>(_mm512_load_si512(at.cast()))
         }
@@ -628,18 +613,18 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
         let (tabs, sc) = (tabs.assume_init(), sc.assume_init());
         let mut acc = load_lanes::<R>(lanes);
         macro_rules! step {
-            ($u0:expr, $t:literal, $sh:literal) => {{
-                let u = $u0 + $t;
+            ($sc:ident, $u:expr, $sh:literal) => {{
+                let u = $u;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
-                    let idx = step_code!(sc[z], u / 8, $t, $sh);
+                    let idx = step_code!($sc[z], u / 8, $sh);
                     let w = _mm512_permutexvar_pd(idx, tabs[z][u / 4]);
                     sink::<R>((u, z, w), &xv, &mut acc, lanes);
                 }
             }};
         }
         for sub in 0..8 {
-            eight_steps_at!(step, 8 * sub);
+            eight_steps!(step, sc, 8 * sub);
         }
         store_lanes(&acc, lanes);
     }
