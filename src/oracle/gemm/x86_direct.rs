@@ -1214,7 +1214,10 @@ unsafe fn mxfp4_tables(e: u8) -> [__m512d; 2] {
     }
 }
 
-/// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs.
+/// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs. Two blocks a row at a time;
+/// where every scale of those is below [`MX_F32_FROM`] (the rule in real weights) a step looks
+/// its codes up in the one shared kvalue table and multiplies by the lanes' scales (one
+/// two-source permute a pair, not two and a blend), else in the rows' own tables.
 ///
 /// # Safety
 /// AVX-512 F, BW and VBMI must be present; the operands as [`run`] describes
@@ -1235,65 +1238,102 @@ unsafe fn mx<const R: usize>(
     unsafe {
         let transpose = load_u8(&MX_TRANSPOSE);
         let mut acc = load_lanes::<R>(lanes);
+        // The doubled kvalues as f64 (a table every block shares).
+        let kv = [
+            _mm512_loadu_pd(MX_KVALUES[0].as_ptr()),
+            _mm512_loadu_pd(MX_KVALUES[1].as_ptr()),
+        ];
         for b0 in (0..n_blocks).step_by(2) {
             let blocks = 2.min(n_blocks - b0);
             let mask: u64 = (1u64 << (bb * blocks)) - 1;
-            // In place, not into zeroed arrays (see `q2k`); a missing second block's tables
-            // are zeros (never read).
-            let mut codes = MaybeUninit::<[__m512i; PAIRS]>::uninit();
-            let mut tabs = MaybeUninit::<[[[__m512d; 2]; 4]; PAIRS]>::uninit();
-            let (tp, cp) = (tabs.as_mut_ptr(), codes.as_mut_ptr());
-            for z in 0..PAIRS {
+            let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
                 let (a, b) = (rows[2 * z], rows[2 * z + 1]);
                 let va = _mm512_maskz_loadu_epi8(mask, a.as_ptr().add(bb * b0).cast());
                 let vb = _mm512_maskz_loadu_epi8(mask, b.as_ptr().add(bb * b0).cast());
-                (*cp)[z] = _mm512_permutex2var_epi8(va, transpose, vb);
-                for beta in 0..2 {
-                    let [ta, tb] = if beta < blocks {
-                        [
-                            mxfp4_tables(a[bb * (b0 + beta)]),
-                            mxfp4_tables(b[bb * (b0 + beta)]),
-                        ]
-                    } else {
-                        [[_mm512_setzero_pd(); 2]; 2]
-                    };
-                    (*tp)[z][2 * beta] = ta;
-                    (*tp)[z][2 * beta + 1] = tb;
-                }
-            }
-            // Every table and code register was written above.
-            let (tabs, codes) = (tabs.assume_init_ref(), codes.assume_init_ref());
+                _mm512_permutex2var_epi8(va, transpose, vb)
+            });
             // Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and
-            // for the block's second half (t ≥ 4) its high nibble, 4 bits on; the table
-            // permutes read bits 0..4. Literal shifts, every step written out.
-            macro_rules! step {
-                ($beta:literal, $t:literal, $sh:literal) => {{
-                    let u = 8 * (b0 + $beta) + $t;
-                    let xv = x_step::<R>(x, x_stride, u);
-                    for z in 0..PAIRS {
-                        let idx = _mm512_srli_epi64::<$sh>(codes[z]);
-                        let w = lookup_pair16(tabs[z][2 * $beta], tabs[z][2 * $beta + 1], idx);
-                        sink::<R>((u, z, w), &xv, &mut acc, lanes);
+            // for the block's second half (t ≥ 4) its high nibble, 4 bits on; the lookups
+            // read bits 0..4. Literal shifts, every step written out.
+            macro_rules! steps {
+                ($weight:ident) => {{
+                    macro_rules! step {
+                        ($beta:literal, $t:literal, $sh:literal) => {{
+                            let u = 8 * (b0 + $beta) + $t;
+                            let xv = x_step::<R>(x, x_stride, u);
+                            for z in 0..PAIRS {
+                                let idx = _mm512_srli_epi64::<$sh>(codes[z]);
+                                let w = $weight!(z, $beta, idx);
+                                sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                            }
+                        }};
+                    }
+                    step!(0, 0, 0);
+                    step!(0, 1, 8);
+                    step!(0, 2, 16);
+                    step!(0, 3, 24);
+                    step!(0, 4, 4);
+                    step!(0, 5, 12);
+                    step!(0, 6, 20);
+                    step!(0, 7, 28);
+                    if blocks == 2 {
+                        step!(1, 0, 32);
+                        step!(1, 1, 40);
+                        step!(1, 2, 48);
+                        step!(1, 3, 56);
+                        step!(1, 4, 36);
+                        step!(1, 5, 44);
+                        step!(1, 6, 52);
+                        step!(1, 7, 60);
                     }
                 }};
             }
-            step!(0, 0, 0);
-            step!(0, 1, 8);
-            step!(0, 2, 16);
-            step!(0, 3, 24);
-            step!(0, 4, 4);
-            step!(0, 5, 12);
-            step!(0, 6, 20);
-            step!(0, 7, 28);
-            if blocks == 2 {
-                step!(1, 0, 32);
-                step!(1, 1, 40);
-                step!(1, 2, 48);
-                step!(1, 3, 56);
-                step!(1, 4, 36);
-                step!(1, 5, 44);
-                step!(1, 6, 52);
-                step!(1, 7, 60);
+            let scale = |row: &[u8], beta: usize| row[bb * (b0 + beta)];
+            let exact = (0..blocks).all(|beta| rows.iter().all(|r| scale(r, beta) < MX_F32_FROM));
+            if exact {
+                // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
+                // product `mxfp4_tables` stores, so one shared table and a multiply by the
+                // lanes' `d` (the first row's in lanes 0..4) replace the two rows' tables.
+                let d: [[__m512d; 2]; PAIRS] = std::array::from_fn(|z| {
+                    std::array::from_fn(|beta| {
+                        let d = |row: &[u8]| {
+                            let e = if beta < blocks { scale(row, beta) } else { 0 };
+                            _mm512_set1_pd(f64::from_bits((u64::from(e) + 895) << 52))
+                        };
+                        _mm512_mask_blend_pd(0xf0, d(rows[2 * z]), d(rows[2 * z + 1]))
+                    })
+                });
+                macro_rules! scaled {
+                    ($z:expr, $beta:literal, $idx:expr) => {
+                        _mm512_mul_pd(d[$z][$beta], _mm512_permutex2var_pd(kv[0], $idx, kv[1]))
+                    };
+                }
+                steps!(scaled);
+            } else {
+                // In place, not into zeroed arrays (see `q2k`); a missing second block's
+                // tables are zeros (never read).
+                let mut tabs = MaybeUninit::<[[[__m512d; 2]; 4]; PAIRS]>::uninit();
+                let tp = tabs.as_mut_ptr();
+                for z in 0..PAIRS {
+                    let (a, b) = (rows[2 * z], rows[2 * z + 1]);
+                    for beta in 0..2 {
+                        let [ta, tb] = if beta < blocks {
+                            [mxfp4_tables(scale(a, beta)), mxfp4_tables(scale(b, beta))]
+                        } else {
+                            [[_mm512_setzero_pd(); 2]; 2]
+                        };
+                        (*tp)[z][2 * beta] = ta;
+                        (*tp)[z][2 * beta + 1] = tb;
+                    }
+                }
+                // Every table was written above.
+                let tabs = tabs.assume_init_ref();
+                macro_rules! looked_up {
+                    ($z:expr, $beta:literal, $idx:expr) => {
+                        lookup_pair16(tabs[$z][2 * $beta], tabs[$z][2 * $beta + 1], $idx)
+                    };
+                }
+                steps!(looked_up);
             }
         }
         store_lanes(&acc, lanes);
