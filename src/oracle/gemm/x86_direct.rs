@@ -283,11 +283,11 @@ unsafe fn widen(v: __m512) -> [__m512d; 2] {
 /// AVX-512F must be present.
 #[inline(always)]
 unsafe fn widen_via_memory(v: __m512) -> [__m512d; 2] {
-    let mut t = MaybeUninit::<[__m256; 2]>::uninit();
-    // SAFETY: `t` is 64 writable bytes, aligned for `__m256`; both halves are read after the
-    // write.
+    let mut t = MaybeUninit::<__m512>::uninit();
+    // SAFETY: `t` is 64 writable bytes, aligned for `__m512` and so for its `__m256` halves;
+    // both halves are read after the write.
     unsafe {
-        std::ptr::write_volatile(t.as_mut_ptr().cast::<__m512>(), v);
+        std::ptr::write_volatile(t.as_mut_ptr(), v);
         let h = t.as_ptr().cast::<__m256>();
         [
             _mm512_cvtps_pd(std::ptr::read_volatile(h)),
