@@ -1015,8 +1015,8 @@ fn q4k_levels() -> [f32; 16] {
 }
 
 /// Two rows' sixteen-entry tables of one group (`d1·q − m1` in f32, each row's own `d1`,
-/// `m1`), rounded to bf16 with `ROUND` ([`round_pair`]), widened:
-/// `[[a 0..8, a 8..16], [b 0..8, b 8..16]]`.
+/// `m1`), rounded to bf16 with `ROUND` ([`round_pair`]), still as f32: `[a 0..16, b 0..16]`,
+/// the two sources of one 32-entry permute.
 ///
 /// # Safety
 /// AVX-512 F, BW and BF16 must be present.
@@ -1025,7 +1025,7 @@ unsafe fn q4k_tables<const ROUND: bool>(
     levels: __m512,
     (d1a, m1a): (f32, f32),
     (d1b, m1b): (f32, f32),
-) -> [[__m512d; 2]; 2] {
+) -> [__m512; 2] {
     let va = _mm512_sub_ps(
         _mm512_mul_ps(_mm512_set1_ps(d1a), levels),
         _mm512_set1_ps(m1a),
@@ -1035,11 +1035,28 @@ unsafe fn q4k_tables<const ROUND: bool>(
         _mm512_set1_ps(m1b),
     );
     // SAFETY: the features are present.
-    unsafe {
-        let [a, b] = round_pair::<ROUND>(va, vb);
-        [widen(a), widen(b)]
-    }
+    unsafe { round_pair::<ROUND>(va, vb) }
 }
+
+/// Q4_K: a pair's 32 `qs` bytes of each row (the first row's in bytes 0..32) transposed so
+/// that byte `k` of dword lane `i` is the code byte of step `2k + i / 8` in the pair's lane
+/// `l = i % 8`: column `4t + l % 4` of row `l / 4`. A step pair's indices are then one dword
+/// shift and one mask away, and its sixteen values one permute.
+static Q4K_TRANSPOSE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 16 {
+        let l = i % 8;
+        let mut k = 0;
+        while k < 4 {
+            let step = 2 * k + i / 8;
+            t[4 * i + k] = (32 * (l / 4) + 4 * step + l % 4) as u8;
+            k += 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `(d1, m1)`:
 /// `d · sc` and `dmin · m` in f32, as the decoder computes them, the 6-bit scales and mins
@@ -1085,10 +1102,11 @@ unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
     }
 }
 
-/// Q4_K chunk (one block a row): per 64 columns (two groups, the low and high nibbles of the
-/// same 32 bytes), each pair's four tables and its transposed code bytes, then the sixteen
-/// steps: a shift brings the step's nibble to bits 0..4, two table permutes and a blend give
-/// both rows' weights.
+/// Q4_K chunk (one block a row): per 32 columns (a group: the low or high nibbles of 32
+/// bytes), each pair's two f32 tables (both rows' sixteen values), then the steps two at a
+/// time: a shift and a mask bring both steps' nibbles and the row bit 4 into dword lanes, one
+/// 32-entry permute gives both rows' weights of both steps in f32, and widening them gives the
+/// very f64 values a widened table holds.
 ///
 /// # Safety
 /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
@@ -1107,48 +1125,52 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
     unsafe {
         let levels = q4k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let transpose = load_u8(&Q4K_TRANSPOSE);
         let scales: [[(f32, f32); 8]; NR] = std::array::from_fn(|q| q4k_scales(rows[q]));
+        let nibble = _mm512_set1_epi32(0x0f);
+        // Bit 4 of the dword lanes of the pair's second row (`i % 8 ≥ 4`): its table.
+        let second = _mm512_maskz_set1_epi32(0xf0f0, 0x10);
         let mut acc = load_lanes::<R>(lanes);
         for c in 0..4 {
             let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
                 transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * c, transpose)
             });
-            let tabs: [[[[__m512d; 2]; 2]; 2]; PAIRS] = std::array::from_fn(|z| {
-                std::array::from_fn(|h| {
-                    let g = 2 * c + h;
+            for h in 0..2 {
+                let g = 2 * c + h;
+                let tabs: [[__m512; 2]; PAIRS] = std::array::from_fn(|z| {
                     q4k_tables::<ROUND>(levels, scales[2 * z][g], scales[2 * z + 1][g])
-                })
-            });
-            // Step `t` of group `2c + h`: its code byte at bits `sh = 8t (+ 4 for h = 1)`.
-            macro_rules! step {
-                ($h:literal, $t:literal, $sh:literal) => {{
-                    let u = 16 * c + 8 * $h + $t;
-                    let xv = x_step::<R>(x, x_stride, u);
-                    for z in 0..PAIRS {
-                        let idx = _mm512_srli_epi64::<$sh>(codes[z]);
-                        let [ta, tb] = tabs[z][$h];
-                        let w = lookup_pair16(ta, tb, idx);
-                        sink::<R>((u, z, w), &xv, &mut acc, lanes);
-                    }
-                }};
+                });
+                // Steps `2k`, `2k + 1` of the group: their code bytes at byte `k` of each
+                // dword, this group's nibble `SH − 8k` bits up.
+                macro_rules! two_steps {
+                    ($k:literal, $sh:literal) => {{
+                        let u = 16 * c + 8 * h + 2 * $k;
+                        let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
+                        for z in 0..PAIRS {
+                            let idx = _mm512_ternarylogic_epi32::<0xEA>(
+                                _mm512_srli_epi32::<$sh>(codes[z]),
+                                nibble,
+                                second,
+                            );
+                            let [ta, tb] = tabs[z];
+                            let [w0, w1] = widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb));
+                            sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
+                            sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
+                        }
+                    }};
+                }
+                if h == 0 {
+                    two_steps!(0, 0);
+                    two_steps!(1, 8);
+                    two_steps!(2, 16);
+                    two_steps!(3, 24);
+                } else {
+                    two_steps!(0, 4);
+                    two_steps!(1, 12);
+                    two_steps!(2, 20);
+                    two_steps!(3, 28);
+                }
             }
-            step!(0, 0, 0);
-            step!(0, 1, 8);
-            step!(0, 2, 16);
-            step!(0, 3, 24);
-            step!(0, 4, 32);
-            step!(0, 5, 40);
-            step!(0, 6, 48);
-            step!(0, 7, 56);
-            step!(1, 0, 4);
-            step!(1, 1, 12);
-            step!(1, 2, 20);
-            step!(1, 3, 28);
-            step!(1, 4, 36);
-            step!(1, 5, 44);
-            step!(1, 6, 52);
-            step!(1, 7, 60);
         }
         store_lanes(&acc, lanes);
     }
