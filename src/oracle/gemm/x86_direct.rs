@@ -1386,6 +1386,22 @@ static Q8_PAIR_LANES: [[i32; 16]; 2] = {
     t
 };
 
+/// Q8_0: [`Q8_PAIR_LANES`] for the bf16 words of both rows (the first row's words `0..16`,
+/// the second's `16..32`): lane `i`'s source in word `2i + 1`, its high half.
+static Q8_PAIR_WORDS: [[i16; 32]; 2] = {
+    let mut t = [[0i16; 32]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut i = 0;
+        while i < 16 {
+            t[h][2 * i + 1] = Q8_PAIR_LANES[h][i] as i16;
+            i += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
 /// A Q8_0 block's 16 values from `at`: `f32(q) · d`.
 ///
 /// # Safety
@@ -1427,6 +1443,8 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
     // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
     unsafe {
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
+        let word_sel: [__m512i; 2] =
+            std::array::from_fn(|i| _mm512_loadu_si512(Q8_PAIR_WORDS[i].as_ptr().cast()));
         let mut acc = load_lanes::<R>(lanes);
         for blk in 0..kcl / MX_VALUES {
             for z in 0..PAIRS {
@@ -1436,9 +1454,20 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                 for half in 0..2 {
                     let va = q8_values(a.as_ptr().add(2 + 16 * half), da);
                     let vb = q8_values(b.as_ptr().add(2 + 16 * half), db);
-                    let [va, vb] = round_pair::<ROUND>(va, vb);
-                    for (i, sel) in sel.iter().enumerate() {
-                        let [lo, hi] = widen(_mm512_permutex2var_ps(va, *sel, vb));
+                    // Rounded: one permute of the bf16 words both interleaves the rows and
+                    // makes each word its f32 (as `round_pair` does, without its permutes).
+                    let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(vb, va));
+                    for i in 0..2 {
+                        let v = if ROUND {
+                            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+                                0xaaaa_aaaa,
+                                word_sel[i],
+                                words,
+                            ))
+                        } else {
+                            _mm512_permutex2var_ps(va, sel[i], vb)
+                        };
+                        let [lo, hi] = widen_via_memory(v);
                         w[4 * half + 2 * i] = lo;
                         w[4 * half + 2 * i + 1] = hi;
                     }
