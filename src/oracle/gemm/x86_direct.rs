@@ -694,10 +694,11 @@ unsafe fn q3k_scales(b: &[u8]) -> __m512 {
     }
 }
 
-/// Q3_K chunk (one block a row): each pair's sixteen group tables (`dl · (code − 4)` for the
-/// eight codes of both rows, one permute's two tables), its code bytes (`qs` and `hmask`)
-/// transposed, then per sub-block the codes with the row bit 3 and per step a shift and one
-/// permute.
+/// Q3_K chunk (one block a row): each pair's tables (per sub-block of 32 columns, `dl ·
+/// (code − 4)` for the eight codes of both rows of its two groups: the two f32 sources of one
+/// 32-entry permute), its code bytes (`qs` and `hmask`) transposed, then per sub-block the
+/// codes with the row bit 3 and the group bit 4, and per two steps a shift, one permute and
+/// the widening of its f32 values, the very f64 values a widened table holds.
 ///
 /// # Safety
 /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
@@ -716,11 +717,11 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
     unsafe {
         let levels = q3k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
         let load_pair =
             |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
-        // In place, not into a zeroed array (twelve kilobytes a chunk; see `q2k`).
-        let mut all_tabs = MaybeUninit::<[[[__m512d; 2]; 16]; PAIRS]>::uninit();
+        // In place, not into a zeroed array (six kilobytes a chunk; see `q2k`).
+        let mut all_tabs = MaybeUninit::<[[[__m512; 2]; 8]; PAIRS]>::uninit();
         for z in 0..PAIRS {
             let tabs = &mut (*all_tabs.as_mut_ptr())[z];
             let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
@@ -730,9 +731,7 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                     let dl = _mm512_permutex2var_ps(dla, load_i32(&sels[i]), dlb);
                     _mm512_mul_ps(dl, levels)
                 });
-                let v = round_pair::<ROUND>(v[0], v[1]);
-                tabs[2 * g2] = widen(v[0]);
-                tabs[2 * g2 + 1] = widen(v[1]);
+                tabs[g2] = round_pair::<ROUND>(v[0], v[1]);
             }
         }
         // Every table was written above.
@@ -741,15 +740,29 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         let mut acc = load_lanes::<R>(lanes);
         let three = _mm512_set1_epi8(3);
         let four = _mm512_set1_epi8(4);
-        // Bit 3 of every code byte of the pair's second row: its table is the second.
-        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
-        macro_rules! step {
-            ($cs:ident, $u:expr, $sh:literal) => {
-                pair_table_step::<R, 16, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
-            };
+        // Bit 3 of every code byte of the pair's second row (dword lanes `i % 8 ≥ 4`), bit 4
+        // of bytes 2 and 3 of every dword (steps 4..8 of a sub-block: its second group).
+        let second = _mm512_or_si512(
+            _mm512_maskz_set1_epi32(0xf0f0, 0x0808_0808),
+            _mm512_set1_epi32(0x1010_0000),
+        );
+        // Steps `2k`, `2k + 1` of sub-block `u0 / 8`: code byte `k` of each dword.
+        macro_rules! two_steps {
+            ($cs:ident, $t:ident, $u0:expr, $k:literal) => {{
+                let u = $u0 + 2 * $k;
+                let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
+                for z in 0..PAIRS {
+                    let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
+                    let [ta, tb] = $t[z];
+                    let [w0, w1] = widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb));
+                    sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
+                    sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
+                }
+            }};
         }
         // Sub-block `s` of half `h`: the low bits (`2s`, `2s + 1` of `qs`) and the high bit
-        // (`4h + s` of `hmask`, brought to bit 2 by `hm`) of each code byte, the row bit.
+        // (`4h + s` of `hmask`, brought to bit 2 by `hm`) of each code byte, the row and
+        // group bits.
         macro_rules! sub_block {
             ($qs:ident, $h:literal, $s:literal, $by:literal, $hm:expr) => {{
                 let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
@@ -758,7 +771,12 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                     let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
                     _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
                 });
-                eight_steps!(step, cs, 32 * $h + 8 * $s);
+                let t: [[__m512; 2]; PAIRS] = std::array::from_fn(|z| tabs[z][4 * $h + $s]);
+                let u0 = 32 * $h + 8 * $s;
+                two_steps!(cs, t, u0, 0);
+                two_steps!(cs, t, u0, 1);
+                two_steps!(cs, t, u0, 2);
+                two_steps!(cs, t, u0, 3);
             }};
         }
         let qs0: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 32));
@@ -1038,11 +1056,11 @@ unsafe fn q4k_tables<const ROUND: bool>(
     unsafe { round_pair::<ROUND>(va, vb) }
 }
 
-/// Q4_K: a pair's 32 `qs` bytes of each row (the first row's in bytes 0..32) transposed so
-/// that byte `k` of dword lane `i` is the code byte of step `2k + i / 8` in the pair's lane
-/// `l = i % 8`: column `4t + l % 4` of row `l / 4`. A step pair's indices are then one dword
-/// shift and one mask away, and its sixteen values one permute.
-static Q4K_TRANSPOSE: [u8; 64] = {
+/// Q3_K and Q4_K: a pair's 32 code bytes of each row (the first row's in bytes 0..32)
+/// transposed so that byte `k` of dword lane `i` is the code byte of step `2k + i / 8` in the
+/// pair's lane `l = i % 8`: column `4t + l % 4` of row `l / 4`. A step pair's indices are
+/// then a dword shift (and for Q4_K a mask) away, and its sixteen values one permute.
+static STEP_PAIR_TRANSPOSE: [u8; 64] = {
     let mut t = [0u8; 64];
     let mut i = 0;
     while i < 16 {
@@ -1125,7 +1143,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
     unsafe {
         let levels = q4k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        let transpose = load_u8(&Q4K_TRANSPOSE);
+        let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
         let scales: [[(f32, f32); 8]; NR] = std::array::from_fn(|q| q4k_scales(rows[q]));
         let nibble = _mm512_set1_epi32(0x0f);
         // Bit 4 of the dword lanes of the pair's second row (`i % 8 ≥ 4`): its table.
