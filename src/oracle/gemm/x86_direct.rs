@@ -256,7 +256,11 @@ unsafe fn round_pair<const ROUND: bool>(v0: __m512, v1: __m512) -> [__m512; 2] {
         let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0));
         std::array::from_fn(|r| {
             let idx = _mm512_loadu_si512(BF16_WORDS[r].as_ptr().cast());
-            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaa_aaaa, idx, words))
+            _mm512_castsi512_ps(_mm512_permutex2var_epi16(
+                words,
+                idx,
+                _mm512_setzero_si512(),
+            ))
         })
     }
 }
@@ -1010,10 +1014,12 @@ unsafe fn iq2_negate(mask: __mmask16, v: __m512) -> __m512 {
     _mm512_castsi512_ps(_mm512_mask_xor_epi32(bits, mask, bits, sign))
 }
 
-/// Word `2i + 1` of f32 lane `i` (its high half; the low half is masked to zero) from the
-/// bf16 words of [`round_pair`]: `v0`'s sixteen (words 0..16), then `v1`'s (16..32).
+/// Word `2i + 1` of f32 lane `i` (its high half) from the bf16 words of [`round_pair`]:
+/// `v0`'s sixteen (words 0..16), then `v1`'s (16..32); the even words take word 32, the
+/// first of the permute's zero second source (one two-source permute, where a zero-masked
+/// one compiled to a permute and an AND).
 static BF16_WORDS: [[i16; 32]; 2] = {
-    let mut t = [[0i16; 32]; 2];
+    let mut t = [[32i16; 32]; 2];
     let mut r = 0;
     while r < 2 {
         let mut i = 0;
@@ -1405,9 +1411,10 @@ static Q8_PAIR_LANES: [[i32; 16]; 2] = {
 };
 
 /// Q8_0: [`Q8_PAIR_LANES`] for the bf16 words of both rows (the first row's words `0..16`,
-/// the second's `16..32`): lane `i`'s source in word `2i + 1`, its high half.
+/// the second's `16..32`): lane `i`'s source in word `2i + 1`, its high half; the low half
+/// from word 32, a zero (as [`BF16_WORDS`]).
 static Q8_PAIR_WORDS: [[i16; 32]; 2] = {
-    let mut t = [[0i16; 32]; 2];
+    let mut t = [[32i16; 32]; 2];
     let mut h = 0;
     while h < 2 {
         let mut i = 0;
@@ -1477,10 +1484,10 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                     let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(vb, va));
                     for i in 0..2 {
                         let v = if ROUND {
-                            _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
-                                0xaaaa_aaaa,
-                                word_sel[i],
+                            _mm512_castsi512_ps(_mm512_permutex2var_epi16(
                                 words,
+                                word_sel[i],
+                                _mm512_setzero_si512(),
                             ))
                         } else {
                             _mm512_permutex2var_ps(va, sel[i], vb)
