@@ -483,10 +483,15 @@ macro_rules! step_code {
 /// AVX-512F must be present and `x` must hold `(R − 1)·x_stride + 4u + 4` values.
 #[inline(always)]
 unsafe fn x_step<const R: usize>(x: *const f64, x_stride: usize, u: usize) -> [__m512d; R] {
-    // SAFETY: the caller's bound.
-    std::array::from_fn(|r| unsafe {
-        _mm512_broadcast_f64x4(_mm256_loadu_pd(x.add(r * x_stride + 4 * u)))
-    })
+    // A loop, not `array::from_fn`: a closure has no target features, so the intrinsics in
+    // it are inlined only once the closure is, which LLVM stopped doing in a large kernel
+    // (MXFP4 then took 2.6x the time).
+    let mut v = [_mm512_setzero_pd(); R];
+    for (r, v) in v.iter_mut().enumerate() {
+        // SAFETY: the caller's bound.
+        *v = unsafe { _mm512_broadcast_f64x4(_mm256_loadu_pd(x.add(r * x_stride + 4 * u))) };
+    }
+    v
 }
 
 /// Q2_K: for lane `i` of a pair's groups `2h, 2h + 1`, the source lane of the rows' per-group
@@ -1267,6 +1272,93 @@ fn mx_scale(e: u8) -> f64 {
     f64::from_bits((u64::from(e) + 895) << 52)
 }
 
+/// MXFP4: the sixteen steps of the blocks `b0`, `b0 + 1` (the first eight only where
+/// `blocks` is 1), each pair's weights by the caller's `$weight!(z, beta, idx)`.
+///
+/// Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and for the
+/// block's second half (t ≥ 4) its high nibble, 4 bits on; the lookups read bits 0..4.
+/// Literal shifts, every step written out. The caller is in an unsafe block that vouches for
+/// the features, `x` and `lanes`.
+macro_rules! mx_steps {
+    ($weight:ident, ($b0:expr, $blocks:expr), $codes:expr, ($x:expr, $x_stride:expr), $acc:expr, $lanes:expr) => {{
+        let (b0, blocks, codes, acc): (usize, usize, &[__m512i; PAIRS], _) =
+            ($b0, $blocks, &$codes, $acc);
+        let (x, x_stride, lanes) = ($x, $x_stride, $lanes);
+        macro_rules! step {
+            ($beta:literal, $t:literal) => {{
+                let u = 8 * (b0 + $beta) + $t;
+                let xv = x_step::<R>(x, x_stride, u);
+                for z in 0..PAIRS {
+                    let idx =
+                        _mm512_srli_epi64::<{ 32 * $beta + 8 * ($t % 4) + 4 * ($t / 4) }>(codes[z]);
+                    let w = $weight!(z, $beta, idx);
+                    sink::<R>((u, z, w), &xv, acc, lanes);
+                }
+            }};
+        }
+        macro_rules! block {
+            ($beta:literal) => {{
+                step!($beta, 0);
+                step!($beta, 1);
+                step!($beta, 2);
+                step!($beta, 3);
+                step!($beta, 4);
+                step!($beta, 5);
+                step!($beta, 6);
+                step!($beta, 7);
+            }};
+        }
+        block!(0);
+        if blocks == 2 {
+            block!(1);
+        }
+    }};
+}
+
+/// MXFP4, blocks `b0`, `b0 + 1` where some scale is at least [`MX_F32_FROM`]: each row's own
+/// tables ([`mxfp4_tables`]), two permutes and a blend a pair-step. `es` holds each row's two
+/// exponents, `codes` each pair's transposed code bytes.
+///
+/// # Safety
+/// AVX-512 F, BW and VBMI must be present; `x` and `lanes` as [`mx`] has them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline(never)]
+unsafe fn mx_own_tables<const R: usize>(
+    (b0, blocks): (usize, usize),
+    es: &[[u8; 2]; NR],
+    codes: &[__m512i; PAIRS],
+    (x, x_stride): (*const f64, usize),
+    acc: &mut [[__m512d; PAIRS]; R],
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): the features are present; `x` and `lanes` as the caller's.
+    unsafe {
+        // In place, not into zeroed arrays (see `q2k`); a missing second block's tables are
+        // zeros (never read).
+        let mut tabs = MaybeUninit::<[[[__m512d; 2]; 4]; PAIRS]>::uninit();
+        let tp = tabs.as_mut_ptr();
+        for (z, e) in es.chunks_exact(2).enumerate() {
+            for (beta, (&ea, &eb)) in e[0].iter().zip(&e[1]).enumerate() {
+                let [ta, tb] = if beta < blocks {
+                    [mxfp4_tables(ea), mxfp4_tables(eb)]
+                } else {
+                    [[_mm512_setzero_pd(); 2]; 2]
+                };
+                (*tp)[z][2 * beta] = ta;
+                (*tp)[z][2 * beta + 1] = tb;
+            }
+        }
+        // Every table was written above.
+        let tabs = tabs.assume_init_ref();
+        macro_rules! looked_up {
+            ($z:expr, $beta:literal, $idx:expr) => {
+                lookup_pair16(tabs[$z][2 * $beta], tabs[$z][2 * $beta + 1], $idx)
+            };
+        }
+        mx_steps!(looked_up, (b0, blocks), *codes, (x, x_stride), acc, lanes);
+    }
+}
+
 /// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs. Two blocks a row at a time;
 /// where every scale of those is below [`MX_F32_FROM`] (the rule in real weights) a step looks
 /// its codes up in the one shared kvalue table and multiplies by the lanes' scales (one
@@ -1305,88 +1397,42 @@ unsafe fn mx<const R: usize>(
                 let vb = _mm512_maskz_loadu_epi8(mask, b.as_ptr().add(bb * b0).cast());
                 _mm512_permutex2var_epi8(va, transpose, vb)
             });
-            // Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and
-            // for the block's second half (t ≥ 4) its high nibble, 4 bits on; the lookups
-            // read bits 0..4. Literal shifts, every step written out.
-            macro_rules! steps {
-                ($weight:ident) => {{
-                    macro_rules! step {
-                        ($beta:literal, $t:literal, $sh:literal) => {{
-                            let u = 8 * (b0 + $beta) + $t;
-                            let xv = x_step::<R>(x, x_stride, u);
-                            for z in 0..PAIRS {
-                                let idx = _mm512_srli_epi64::<$sh>(codes[z]);
-                                let w = $weight!(z, $beta, idx);
-                                sink::<R>((u, z, w), &xv, &mut acc, lanes);
-                            }
-                        }};
-                    }
-                    step!(0, 0, 0);
-                    step!(0, 1, 8);
-                    step!(0, 2, 16);
-                    step!(0, 3, 24);
-                    step!(0, 4, 4);
-                    step!(0, 5, 12);
-                    step!(0, 6, 20);
-                    step!(0, 7, 28);
-                    if blocks == 2 {
-                        step!(1, 0, 32);
-                        step!(1, 1, 40);
-                        step!(1, 2, 48);
-                        step!(1, 3, 56);
-                        step!(1, 4, 36);
-                        step!(1, 5, 44);
-                        step!(1, 6, 52);
-                        step!(1, 7, 60);
-                    }
-                }};
+            // Each row's two scales (a missing second block's as 0).
+            let mut es = [[0u8; 2]; NR];
+            for (e, row) in es.iter_mut().zip(rows) {
+                e[0] = row[bb * b0];
+                if blocks == 2 {
+                    e[1] = row[bb * (b0 + 1)];
+                }
             }
-            let scale = |row: &[u8], beta: usize| row[bb * (b0 + beta)];
-            let exact = (0..blocks).all(|beta| rows.iter().all(|r| scale(r, beta) < MX_F32_FROM));
+            // The rare other case in a function of its own: with both step sequences in one
+            // function LLVM stopped inlining even the intrinsics (2.6x the time).
+            let mut exact = true;
+            for e in es.iter().flatten() {
+                exact &= *e < MX_F32_FROM;
+            }
             if exact {
                 // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
                 // product `mxfp4_tables` stores, so one shared table and a multiply by the
                 // lanes' `d` (the first row's in lanes 0..4) replace the two rows' tables.
-                let d: [[__m512d; 2]; PAIRS] = std::array::from_fn(|z| {
-                    std::array::from_fn(|beta| {
-                        let d = |row: &[u8]| {
-                            let e = if beta < blocks { scale(row, beta) } else { 0 };
-                            _mm512_set1_pd(mx_scale(e))
-                        };
-                        _mm512_mask_blend_pd(0xf0, d(rows[2 * z]), d(rows[2 * z + 1]))
-                    })
-                });
+                let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
+                for (dz, e) in d.iter_mut().zip(es.chunks_exact(2)) {
+                    for (beta, db) in dz.iter_mut().enumerate() {
+                        *db = _mm512_mask_blend_pd(
+                            0xf0,
+                            _mm512_set1_pd(mx_scale(e[0][beta])),
+                            _mm512_set1_pd(mx_scale(e[1][beta])),
+                        );
+                    }
+                }
                 macro_rules! scaled {
                     ($z:expr, $beta:literal, $idx:expr) => {
                         _mm512_mul_pd(d[$z][$beta], _mm512_permutex2var_pd(kv[0], $idx, kv[1]))
                     };
                 }
-                steps!(scaled);
+                mx_steps!(scaled, (b0, blocks), codes, (x, x_stride), &mut acc, lanes);
             } else {
-                // In place, not into zeroed arrays (see `q2k`); a missing second block's
-                // tables are zeros (never read).
-                let mut tabs = MaybeUninit::<[[[__m512d; 2]; 4]; PAIRS]>::uninit();
-                let tp = tabs.as_mut_ptr();
-                for z in 0..PAIRS {
-                    let (a, b) = (rows[2 * z], rows[2 * z + 1]);
-                    for beta in 0..2 {
-                        let [ta, tb] = if beta < blocks {
-                            [mxfp4_tables(scale(a, beta)), mxfp4_tables(scale(b, beta))]
-                        } else {
-                            [[_mm512_setzero_pd(); 2]; 2]
-                        };
-                        (*tp)[z][2 * beta] = ta;
-                        (*tp)[z][2 * beta + 1] = tb;
-                    }
-                }
-                // Every table was written above.
-                let tabs = tabs.assume_init_ref();
-                macro_rules! looked_up {
-                    ($z:expr, $beta:literal, $idx:expr) => {
-                        lookup_pair16(tabs[$z][2 * $beta], tabs[$z][2 * $beta + 1], $idx)
-                    };
-                }
-                steps!(looked_up);
+                mx_own_tables::<R>((b0, blocks), &es, &codes, (x, x_stride), &mut acc, lanes);
             }
         }
         store_lanes(&acc, lanes);
