@@ -1226,6 +1226,26 @@ static MX_TRANSPOSE: [u8; 64] = {
     t
 };
 
+/// MXFP4: for block `β` of a pair's two-block loads (the first row's as bytes 0..64 of the
+/// permute, the second's as 64..128), the byte that lands in the low byte of each qword lane:
+/// the block's exponent (byte `17β`) of the lane's row (lanes 0..4 the first).
+static MX_SCALE_BYTES: [[u8; 64]; 2] = {
+    let mut t = [[0u8; 64]; 2];
+    let mut beta = 0;
+    while beta < 2 {
+        let mut l = 0;
+        while l < 8 {
+            t[beta][8 * l] = (64 * (l / 4) + 17 * beta) as u8;
+            l += 1;
+        }
+        beta += 1;
+    }
+    t
+};
+
+/// The low byte of every qword (a byte mask).
+const MX_QWORD_LOW: u64 = 0x0101_0101_0101_0101;
+
 /// MXFP4's doubled kvalues as f64, the table entries 0..8 and 8..16.
 static MX_KVALUES: [[f64; 8]; 2] = {
     let mut t = [[0f64; 8]; 2];
@@ -1391,38 +1411,37 @@ unsafe fn mx<const R: usize>(
         for b0 in (0..n_blocks).step_by(2) {
             let blocks = 2.min(n_blocks - b0);
             let mask: u64 = (1u64 << (bb * blocks)) - 1;
-            let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
-                let (a, b) = (rows[2 * z], rows[2 * z + 1]);
-                let va = _mm512_maskz_loadu_epi8(mask, a.as_ptr().add(bb * b0).cast());
-                let vb = _mm512_maskz_loadu_epi8(mask, b.as_ptr().add(bb * b0).cast());
-                _mm512_permutex2var_epi8(va, transpose, vb)
-            });
-            // Each row's two scales (a missing second block's as 0).
-            let mut es = [[0u8; 2]; NR];
-            for (e, row) in es.iter_mut().zip(rows) {
-                e[0] = row[bb * b0];
-                if blocks == 2 {
-                    e[1] = row[bb * (b0 + 1)];
+            // Each pair's blocks (first row's, second's) and transposed codes; whether any
+            // scale (bytes 0 and 17) is at least `MX_F32_FROM`. Loops, not closures (see
+            // `x_step`).
+            let scale_bytes: u64 = if blocks == 2 { 1 | 1 << 17 } else { 1 };
+            let big_from = _mm512_set1_epi8(MX_F32_FROM as i8);
+            let mut loaded = [[_mm512_setzero_si512(); 2]; PAIRS];
+            let mut codes = [_mm512_setzero_si512(); PAIRS];
+            let mut big = 0u64;
+            for z in 0..PAIRS {
+                for (v, row) in loaded[z].iter_mut().zip(&rows[2 * z..2 * z + 2]) {
+                    *v = _mm512_maskz_loadu_epi8(mask, row.as_ptr().add(bb * b0).cast());
+                    big |= _mm512_mask_cmpge_epu8_mask(scale_bytes, *v, big_from);
                 }
+                codes[z] = _mm512_permutex2var_epi8(loaded[z][0], transpose, loaded[z][1]);
             }
             // The rare other case in a function of its own: with both step sequences in one
             // function LLVM stopped inlining even the intrinsics (2.6x the time).
-            let mut exact = true;
-            for e in es.iter().flatten() {
-                exact &= *e < MX_F32_FROM;
-            }
-            if exact {
+            if big == 0 {
                 // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
                 // product `mxfp4_tables` stores, so one shared table and a multiply by the
                 // lanes' `d` (the first row's in lanes 0..4) replace the two rows' tables.
+                // `d` is `mx_scale` in registers: block β's exponent byte into the qwords of
+                // its row, plus 895, 52 bits up.
+                let bias = _mm512_set1_epi64(895);
                 let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
-                for (dz, e) in d.iter_mut().zip(es.chunks_exact(2)) {
+                for (dz, l) in d.iter_mut().zip(&loaded) {
                     for (beta, db) in dz.iter_mut().enumerate() {
-                        *db = _mm512_mask_blend_pd(
-                            0xf0,
-                            _mm512_set1_pd(mx_scale(e[0][beta])),
-                            _mm512_set1_pd(mx_scale(e[1][beta])),
-                        );
+                        let sel = _mm512_loadu_si512(MX_SCALE_BYTES[beta].as_ptr().cast());
+                        let e = _mm512_maskz_permutex2var_epi8(MX_QWORD_LOW, l[0], sel, l[1]);
+                        *db =
+                            _mm512_castsi512_pd(_mm512_slli_epi64::<52>(_mm512_add_epi64(e, bias)));
                     }
                 }
                 macro_rules! scaled {
@@ -1432,6 +1451,14 @@ unsafe fn mx<const R: usize>(
                 }
                 mx_steps!(scaled, (b0, blocks), codes, (x, x_stride), &mut acc, lanes);
             } else {
+                // Each row's two scales (a missing second block's as 0).
+                let mut es = [[0u8; 2]; NR];
+                for (e, row) in es.iter_mut().zip(rows) {
+                    e[0] = row[bb * b0];
+                    if blocks == 2 {
+                        e[1] = row[bb * (b0 + 1)];
+                    }
+                }
                 mx_own_tables::<R>((b0, blocks), &es, &codes, (x, x_stride), &mut acc, lanes);
             }
         }
