@@ -1155,20 +1155,26 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
         let levels = q4k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
-        let scales: [[(f32, f32); 8]; NR] = std::array::from_fn(|q| q4k_scales(rows[q]));
+        // Loops, not `array::from_fn` closures (see `x_step`).
+        let mut scales = [[(0f32, 0f32); 8]; NR];
+        for (s, row) in scales.iter_mut().zip(rows) {
+            *s = q4k_scales(row);
+        }
         let nibble = _mm512_set1_epi32(0x0f);
         // Bit 4 of the dword lanes of the pair's second row (`i % 8 ≥ 4`): its table.
         let second = _mm512_maskz_set1_epi32(0xf0f0, 0x10);
         let mut acc = load_lanes::<R>(lanes);
         for c in 0..4 {
-            let codes: [__m512i; PAIRS] = std::array::from_fn(|z| {
-                transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * c, transpose)
-            });
+            let mut codes = [_mm512_setzero_si512(); PAIRS];
+            for (z, cz) in codes.iter_mut().enumerate() {
+                *cz = transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * c, transpose);
+            }
             for h in 0..2 {
                 let g = 2 * c + h;
-                let tabs: [[__m512; 2]; PAIRS] = std::array::from_fn(|z| {
-                    q4k_tables::<ROUND>(levels, scales[2 * z][g], scales[2 * z + 1][g])
-                });
+                let mut tabs = [[_mm512_setzero_ps(); 2]; PAIRS];
+                for (t, s) in tabs.iter_mut().zip(scales.chunks_exact(2)) {
+                    *t = q4k_tables::<ROUND>(levels, s[0][g], s[1][g]);
+                }
                 // Steps `2k`, `2k + 1` of the group: their code bytes at byte `k` of each
                 // dword, this group's nibble `SH − 8k` bits up.
                 macro_rules! two_steps {
