@@ -11,11 +11,13 @@
 //!   a time, rounded to bf16 where the matrix rounds (Q2_K; MXFP4's values are all exact in
 //!   bf16, see [`mxfp4_tables`]) and widened to f64: the very values dequantize-then-widen
 //!   gives, so the products and their order, and with them the bits, are those of the packed
-//!   panel microkernel.
+//!   panel microkernel. Q3_K and Q4_K keep theirs in f32, both rows' (and for Q3_K two
+//!   groups') in the two sources of one 32-entry permute, and widen what a step pair looks up.
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
-//!   permute(s) and the FMAs. Q2_K keeps its pairs' step codes in memory and takes every odd
+//!   permute(s) and the FMAs. Q3_K and Q4_K put two steps' codes in the 32-bit lanes instead
+//!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its pairs' step codes in memory and takes every odd
 //!   step's by a load at a byte offset instead of a shift ([`StepCodes`]): the table builds and
 //!   the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS looks
 //!   its grid up in registers first: byte permutes over the 512-byte grid (four `vpermi2b`
@@ -250,18 +252,44 @@ unsafe fn round_pair<const ROUND: bool>(v0: __m512, v1: __m512) -> [__m512; 2] {
     if !ROUND {
         return [v0, v1];
     }
-    // SAFETY (whole body): the features are present; the statics hold 32 words each.
+    // SAFETY (whole body): the features are present.
     unsafe {
-        // Low 16 words: `v0`'s values, high 16: `v1`'s.
-        let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0));
-        std::array::from_fn(|r| {
-            let idx = _mm512_loadu_si512(BF16_WORDS[r].as_ptr().cast());
-            _mm512_castsi512_ps(_mm512_permutex2var_epi16(
-                words,
-                idx,
-                _mm512_setzero_si512(),
-            ))
-        })
+        let words = bf16_words(v0, v1);
+        [
+            words_to_f32(words, &BF16_WORDS[0]),
+            words_to_f32(words, &BF16_WORDS[1]),
+        ]
+    }
+}
+
+/// `v0`'s and `v1`'s values rounded to bf16 (`vcvtne2ps2bf16`, as [`round_pair`] describes),
+/// as 32 words: `v0`'s in words 0..16, `v1`'s in 16..32.
+///
+/// # Safety
+/// AVX-512 F and BF16 must be present.
+#[inline(always)]
+unsafe fn bf16_words(v0: __m512, v1: __m512) -> __m512i {
+    // SAFETY: the features are present; a bf16 vector is 32 words.
+    unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0)) }
+}
+
+/// Sixteen f32 from [`bf16_words`]'s words: lane `i` is word `idx[2i + 1]` in its high half
+/// and word `idx[2i]` in its low half, where every even index is 32, the first word of the
+/// permute's zero second source (one two-source permute; a zero-masked one compiled to a
+/// permute and an AND).
+///
+/// # Safety
+/// AVX-512 F and BW must be present.
+#[inline(always)]
+unsafe fn words_to_f32(words: __m512i, idx: &[i16; 32]) -> __m512 {
+    // SAFETY: the features are present; `idx` is 64 readable bytes.
+    unsafe {
+        let idx = _mm512_loadu_si512(idx.as_ptr().cast());
+        _mm512_castsi512_ps(_mm512_permutex2var_epi16(
+            words,
+            idx,
+            _mm512_setzero_si512(),
+        ))
     }
 }
 
@@ -1019,10 +1047,8 @@ unsafe fn iq2_negate(mask: __mmask16, v: __m512) -> __m512 {
     _mm512_castsi512_ps(_mm512_mask_xor_epi32(bits, mask, bits, sign))
 }
 
-/// Word `2i + 1` of f32 lane `i` (its high half) from the bf16 words of [`round_pair`]:
-/// `v0`'s sixteen (words 0..16), then `v1`'s (16..32); the even words take word 32, the
-/// first of the permute's zero second source (one two-source permute, where a zero-masked
-/// one compiled to a permute and an AND).
+/// [`words_to_f32`]'s indices for [`round_pair`]: lane `i` of `r` is `v_r`'s value `i`
+/// (word `16r + i`).
 static BF16_WORDS: [[i16; 32]; 2] = {
     let mut t = [[32i16; 32]; 2];
     let mut r = 0;
@@ -1176,7 +1202,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
                     *t = q4k_tables::<ROUND>(levels, s[0][g], s[1][g]);
                 }
                 // Steps `2k`, `2k + 1` of the group: their code bytes at byte `k` of each
-                // dword, this group's nibble `SH − 8k` bits up.
+                // dword, brought down by `$sh` = `8k` (plus 4 for the high nibbles).
                 macro_rules! two_steps {
                     ($k:literal, $sh:literal) => {{
                         let u = 16 * c + 8 * h + 2 * $k;
@@ -1432,8 +1458,8 @@ unsafe fn mx<const R: usize>(
                 }
                 codes[z] = _mm512_permutex2var_epi8(loaded[z][0], transpose, loaded[z][1]);
             }
-            // The rare other case in a function of its own: with both step sequences in one
-            // function LLVM stopped inlining even the intrinsics (2.6x the time).
+            // The rare other case is a function of its own, so this one holds one step
+            // sequence (inlined here, it measured 2% slower at m=1).
             if big == 0 {
                 // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
                 // product `mxfp4_tables` stores, so one shared table and a multiply by the
@@ -1490,8 +1516,7 @@ static Q8_PAIR_LANES: [[i32; 16]; 2] = {
 };
 
 /// Q8_0: [`Q8_PAIR_LANES`] for the bf16 words of both rows (the first row's words `0..16`,
-/// the second's `16..32`): lane `i`'s source in word `2i + 1`, its high half; the low half
-/// from word 32, a zero (as [`BF16_WORDS`]).
+/// the second's `16..32`), as [`words_to_f32`] takes them.
 static Q8_PAIR_WORDS: [[i16; 32]; 2] = {
     let mut t = [[32i16; 32]; 2];
     let mut h = 0;
@@ -1547,8 +1572,6 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
     // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
     unsafe {
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
-        let word_sel: [__m512i; 2] =
-            std::array::from_fn(|i| _mm512_loadu_si512(Q8_PAIR_WORDS[i].as_ptr().cast()));
         let mut acc = load_lanes::<R>(lanes);
         for blk in 0..kcl / MX_VALUES {
             for z in 0..PAIRS {
@@ -1558,16 +1581,16 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                 for half in 0..2 {
                     let va = q8_values(a.as_ptr().add(2 + 16 * half), da);
                     let vb = q8_values(b.as_ptr().add(2 + 16 * half), db);
-                    // Rounded: one permute of the bf16 words both interleaves the rows and
-                    // makes each word its f32 (as `round_pair` does, without its permutes).
-                    let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(vb, va));
+                    // Rounded: one word permute both interleaves the rows and makes each bf16
+                    // its f32 (where `round_pair` and then an interleave would take three).
+                    let words = if ROUND {
+                        bf16_words(va, vb)
+                    } else {
+                        _mm512_setzero_si512()
+                    };
                     for i in 0..2 {
                         let v = if ROUND {
-                            _mm512_castsi512_ps(_mm512_permutex2var_epi16(
-                                words,
-                                word_sel[i],
-                                _mm512_setzero_si512(),
-                            ))
+                            words_to_f32(words, &Q8_PAIR_WORDS[i])
                         } else {
                             _mm512_permutex2var_ps(va, sel[i], vb)
                         };
