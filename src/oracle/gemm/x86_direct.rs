@@ -11,15 +11,19 @@
 //!   a time, rounded to bf16 where the matrix rounds (Q2_K; MXFP4's values are all exact in
 //!   bf16, see [`mxfp4_tables`]) and widened to f64: the very values dequantize-then-widen
 //!   gives, so the products and their order, and with them the bits, are those of the packed
-//!   panel microkernel. Q3_K and Q4_K keep theirs in f32, both rows' (and for Q3_K two
+//!   panel microkernel. Q2_K builds a sub-block's tables of every pair just before its steps,
+//!   so they stay in registers (a 512-bit store costs this machine more than a permute), and
+//!   rounds two pairs' at once: the bf16 words' even and odd halves are the two groups' tables
+//!   ([`Q2K_GROUP_LANES`]). Q3_K and Q4_K keep theirs in f32, both rows' (and for Q3_K two
 //!   groups') in the two sources of one 32-entry permute, and widen what a step pair looks up.
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
 //!   permute(s) and the FMAs. Q3_K and Q4_K put two steps' codes in the 32-bit lanes instead
-//!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its pairs' step codes in memory and takes every odd
-//!   step's by a load at a byte offset instead of a shift ([`StepCodes`]): the table builds and
-//!   the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS looks
+//!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its
+//!   pairs' step codes in memory and takes every odd step's by a load at a byte offset instead
+//!   of a shift ([`StepCodes`]): the table builds and the step permutes keep the vector ports
+//!   busy, the load ports are idle. IQ2_XXS looks
 //!   its grid up in registers first: byte permutes over the 512-byte grid (four `vpermi2b`
 //!   per row block) give each eight values' level indices, a bit-field shuffle
 //!   (`vpmultishiftqb`) and a 128-byte permute their sign bits.
@@ -40,8 +44,6 @@ use std::mem::MaybeUninit;
 
 /// Pairs of rows in a panel.
 const PAIRS: usize = NR / 2;
-/// Q2_K: groups (one scale byte each) per block.
-const Q2K_GROUPS: usize = 16;
 /// MXFP4 and Q8_0 values per block.
 const MX_VALUES: usize = 32;
 /// MXFP4: the first E8M0 exponent at which `d · kvalue` can overflow f32 (`2^125 · 12`), from
@@ -522,17 +524,22 @@ unsafe fn x_step<const R: usize>(x: *const f64, x_stride: usize, u: usize) -> [_
     v
 }
 
-/// Q2_K: for lane `i` of a pair's groups `2h, 2h + 1`, the source lane of the rows' per-group
-/// scales (`0..16` the first row's, `16..32` the second's): `[a 2h, b 2h, a 2h+1, b 2h+1]`,
-/// four lanes each (one per code).
-static Q2K_GROUP_LANES: [[i32; 16]; Q2K_GROUPS / 2] = {
-    let mut t = [[0i32; 16]; Q2K_GROUPS / 2];
+/// Q2_K: for lane `i` of a pair's groups `2h, 2h + 1` (`h` = `sub % 4` of a sub-block), the
+/// source lane in a half block's scales (`0..8` the first row's eight groups, `8..16` the
+/// second's). Unrounded (`[0]`), the two tables one after the other: `[a 2h, b 2h, a 2h+1,
+/// b 2h+1]`, four lanes each (one per code). Rounded (`[1]`), interleaved: lane `2e + g` is
+/// entry `e` (`[a` codes `0..4, b` codes `0..4]`) of group `2h + g`, so that the bf16 words'
+/// even and odd halves ([`q2k`]) are the two tables.
+static Q2K_GROUP_LANES: [[[i32; 16]; 4]; 2] = {
+    let mut t = [[[0i32; 16]; 4]; 2];
     let mut h = 0;
-    while h < Q2K_GROUPS / 2 {
+    while h < 4 {
         let mut i = 0;
         while i < 16 {
             let quarter = (i / 4) as i32;
-            t[h][i] = 2 * h as i32 + quarter / 2 + 16 * (quarter % 2);
+            t[0][h][i] = 2 * h as i32 + quarter / 2 + 8 * (quarter % 2);
+            let (e, g) = ((i / 2) as i32, (i % 2) as i32);
+            t[1][h][i] = 2 * h as i32 + g + 8 * (e / 4);
             i += 1;
         }
         h += 1;
@@ -556,11 +563,18 @@ static Q2K_TRANSPOSE: [u8; 64] = {
     t
 };
 
-/// The codes' integers `[0, 1, 2, 3]` four times as f32, hidden from the optimiser (as
-/// `lut::code_values`: the tables multiply by them at run time, as the decoder does).
+/// The codes' integers `[0, 1, 2, 3]` of [`Q2K_GROUP_LANES`]'s lanes as f32 (`ROUND`: its
+/// interleaved layout), hidden from the optimiser (as `lut::code_values`: the tables multiply
+/// by them at run time, as the decoder does).
 #[inline(always)]
-fn q2k_levels() -> [f32; 16] {
-    std::hint::black_box(std::array::from_fn(|i| (i % 4) as f32))
+fn q2k_levels<const ROUND: bool>() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| {
+        if ROUND {
+            (i / 2 % 4) as f32
+        } else {
+            (i % 4) as f32
+        }
+    }))
 }
 
 /// One Q2_K row block's per-group `dl = d · (sc & 15)` and `ml = dmin · (sc >> 4)`.
@@ -600,7 +614,7 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
     // SAFETY (whole body): every block is 84 bytes (checked by `chunk`); `x` holds R rows of
     // 256 values `x_stride` apart and `lanes` R·PANEL_STEP values.
     unsafe {
-        let levels = q2k_levels();
+        let levels = q2k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&Q2K_TRANSPOSE);
         let three = _mm512_set1_epi8(3);
@@ -622,46 +636,67 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
             }
             sc.seal();
         }
-        // Written in place, not into zeroed arrays: zeroing six kilobytes of tables a chunk
-        // costs as much as a sixth of the chunk's steps.
-        let mut tabs = MaybeUninit::<[[__m512d; Q2K_GROUPS]; PAIRS]>::uninit();
-        let tp = tabs.as_mut_ptr();
+        // Each pair's per-group scales, by halves of the block: `[a 8j.., b 8j..]` (eight
+        // groups of each row) for `dl` (j = 0, 1) and `ml` (2 + j), written in place (see the
+        // step codes), so that a sub-block's tables are one single-source permute each away.
+        let mut ss = MaybeUninit::<[[__m512; 4]; PAIRS]>::uninit();
         for z in 0..PAIRS {
             let (dla, mla) = q2k_scales(rows[2 * z]);
             let (dlb, mlb) = q2k_scales(rows[2 * z + 1]);
-            for (h2, sels) in Q2K_GROUP_LANES.chunks_exact(2).enumerate() {
-                // The decoder's `dl · q − ml` for groups 4h2..4h2 + 4, rounded to bf16 where
-                // the matrix rounds.
-                let v: [__m512; 2] = std::array::from_fn(|i| {
-                    let sel = load_i32(&sels[i]);
-                    let dl = _mm512_permutex2var_ps(dla, sel, dlb);
-                    let ml = _mm512_permutex2var_ps(mla, sel, mlb);
-                    _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml)
-                });
-                let v = round_pair::<ROUND>(v[0], v[1]);
-                for (i, v) in v.iter().enumerate() {
-                    let [lo, hi] = widen_via_memory(*v);
-                    (*tp)[z][4 * h2 + 2 * i] = lo;
-                    (*tp)[z][4 * h2 + 2 * i + 1] = hi;
-                }
-            }
+            let s = &mut (*ss.as_mut_ptr())[z];
+            s[0] = _mm512_shuffle_f32x4::<0x44>(dla, dlb);
+            s[1] = _mm512_shuffle_f32x4::<0xee>(dla, dlb);
+            s[2] = _mm512_shuffle_f32x4::<0x44>(mla, mlb);
+            s[3] = _mm512_shuffle_f32x4::<0xee>(mla, mlb);
         }
-        // Every table and step-code row was written above (borrowed where they are: moving
-        // them out of the `MaybeUninit` copied kilobytes a chunk, a sixth of its time).
-        let (tabs, sc) = (tabs.assume_init_ref(), sc.assume_init_ref());
+        // Every scale half and step-code row was written above (borrowed where they are:
+        // moving them out of the `MaybeUninit` copied kilobytes a chunk, a sixth of its time).
+        let (ss, sc) = (ss.assume_init_ref(), sc.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
+        // Sub-block by sub-block (its two groups' tables of every pair, in registers: a
+        // 512-bit store costs this machine twice a permute, and the tables of a whole block
+        // did not fit), then its eight steps.
+        let mut tabs = [[_mm512_setzero_pd(); 2]; PAIRS];
         macro_rules! step {
             ($sc:ident, $u:expr, $sh:literal) => {{
                 let u = $u;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
                     let idx = step_code!($sc[z], u / 8, $sh);
-                    let w = _mm512_permutexvar_pd(idx, tabs[z][u / 4]);
+                    let w = _mm512_permutexvar_pd(idx, tabs[z][$sh / 32]);
                     sink::<R>((u, z, w), &xv, &mut acc, lanes);
                 }
             }};
         }
         for sub in 0..8 {
+            let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
+            for zz in 0..PAIRS / 2 {
+                // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1.
+                let mut v = [_mm512_setzero_ps(); 2];
+                for (k, v) in v.iter_mut().enumerate() {
+                    let s = &ss[2 * zz + k];
+                    let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
+                    let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
+                    *v = _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml);
+                }
+                if ROUND {
+                    // Rounded to bf16, both pairs at once: a lane's low word is the even lane
+                    // of its pair of lanes, the high word the odd one, so a shift and a mask
+                    // make the groups' tables (the interleaved layout), no word permute.
+                    let words = bf16_words(v[0], v[1]);
+                    let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(words));
+                    let odd = _mm512_castsi512_ps(_mm512_and_si512(
+                        words,
+                        _mm512_set1_epi32(0xffff_0000_u32 as i32),
+                    ));
+                    let ([e0, e1], [o0, o1]) = (widen(even), widen(odd));
+                    tabs[2 * zz] = [e0, o0];
+                    tabs[2 * zz + 1] = [e1, o1];
+                } else {
+                    tabs[2 * zz] = widen(v[0]);
+                    tabs[2 * zz + 1] = widen(v[1]);
+                }
+            }
             eight_steps!(step, sc, 8 * sub);
         }
         store_lanes(&acc, lanes);
