@@ -1609,6 +1609,12 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
         let mut acc = load_lanes::<R>(lanes);
         for blk in 0..kcl / MX_VALUES {
+            // The block's eight steps of inputs, once for every pair (a broadcast from memory
+            // costs about half an FMA).
+            let mut xs = [[_mm512_setzero_pd(); R]; 8];
+            for (t, xs) in xs.iter_mut().enumerate() {
+                *xs = x_step::<R>(x, x_stride, 8 * blk + t);
+            }
             for z in 0..PAIRS {
                 let (a, b) = (&rows[2 * z][bb * blk..], &rows[2 * z + 1][bb * blk..]);
                 let (da, db) = (q8_scale(a), q8_scale(b));
@@ -1634,9 +1640,8 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                         w[4 * half + 2 * i + 1] = hi;
                     }
                 }
-                for (t, wt) in w.iter().enumerate() {
-                    let u = 8 * blk + t;
-                    sink::<R>((u, z, *wt), &x_step::<R>(x, x_stride, u), &mut acc, lanes);
+                for (t, (wt, xs)) in w.iter().zip(&xs).enumerate() {
+                    sink::<R>((8 * blk + t, z, *wt), xs, &mut acc, lanes);
                 }
             }
         }
