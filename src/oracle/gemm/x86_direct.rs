@@ -703,27 +703,40 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
     }
 }
 
-/// Q3_K: for lane `i` of a pair's table of group `g`, the source lane of the rows' per-group
-/// `dl` (`0..16` the first row's, `16..32` the second's): eight lanes of each row.
-static Q3K_GROUP_LANES: [[i32; 16]; 16] = {
-    let mut t = [[0i32; 16]; 16];
-    let mut g = 0;
-    while g < 16 {
-        let mut i = 0;
-        while i < 16 {
-            t[g][i] = (g + 16 * (i / 8)) as i32;
-            i += 1;
+/// Q3_K: for lane `i` of vector `v` of a pair's tables of sub-block `g2` (groups `2g2`,
+/// `2g2 + 1`; `g2 % 4` indexes this), the source lane in a half block's `dl` (`0..8` the
+/// first row's eight groups, `8..16` the second's). Unrounded (`[0]`), vector `v` is group
+/// `2g2 + v`'s table: eight lanes of each row. Rounded (`[1]`), vector `v` is row `v`'s, lane
+/// `2c + g` its code `c` in group `2g2 + g`, so that the bf16 words' even and odd halves
+/// ([`q3k`]) are the two groups' tables.
+static Q3K_GROUP_LANES: [[[[i32; 16]; 2]; 4]; 2] = {
+    let mut t = [[[[0i32; 16]; 2]; 4]; 2];
+    let mut g2 = 0;
+    while g2 < 4 {
+        let mut v = 0;
+        while v < 2 {
+            let mut i = 0;
+            while i < 16 {
+                t[0][g2][v][i] = (2 * g2 + v + 8 * (i / 8)) as i32;
+                t[1][g2][v][i] = (2 * g2 + i % 2 + 8 * v) as i32;
+                i += 1;
+            }
+            v += 1;
         }
-        g += 1;
+        g2 += 1;
     }
     t
 };
 
-/// The code values `−4..4` twice as f32 (a code is `low | high << 2` and stands for
-/// `code − 4`), hidden from the optimiser (as [`q2k_levels`]).
+/// The code values `−4..4` of [`Q3K_GROUP_LANES`]'s lanes as f32 (a code is `low | high << 2`
+/// and stands for `code − 4`; `ROUND`: its interleaved layout), hidden from the optimiser (as
+/// [`q2k_levels`]).
 #[inline(always)]
-fn q3k_levels() -> [f32; 16] {
-    std::hint::black_box(std::array::from_fn(|i| (i % 8) as f32 - 4.0))
+fn q3k_levels<const ROUND: bool>() -> [f32; 16] {
+    std::hint::black_box(std::array::from_fn(|i| {
+        let code = if ROUND { i / 2 } else { i };
+        (code % 8) as f32 - 4.0
+    }))
 }
 
 /// One Q3_K row block's per-group `dl = d · sc` (d by F16C): the sixteen 6-bit scales
@@ -766,9 +779,49 @@ unsafe fn q3k_scales(b: &[u8]) -> __m512 {
     }
 }
 
+/// Q3_K sub-block `g2`'s tables of every pair from their `dl` halves (see [`q3k`]): the
+/// decoder's `dl · q`, rounded to bf16 where the matrix rounds, two rows' values at once (the
+/// words' even and odd halves are the two groups' tables).
+///
+/// # Safety
+/// AVX-512 F, BW and BF16 must be present.
+#[inline(always)]
+unsafe fn q3k_sub_tables<const ROUND: bool>(
+    halves: &[[__m512; 2]; PAIRS],
+    g2: usize,
+    levels: __m512,
+) -> [[__m512; 2]; PAIRS] {
+    // SAFETY (whole body): the features are present.
+    unsafe {
+        let mut t = [[_mm512_setzero_ps(); 2]; PAIRS];
+        let sels = &Q3K_GROUP_LANES[usize::from(ROUND)][g2 % 4];
+        let sels = [load_i32(&sels[0]), load_i32(&sels[1])];
+        for (t, h) in t.iter_mut().zip(halves) {
+            let mut v = [_mm512_setzero_ps(); 2];
+            for (v, sel) in v.iter_mut().zip(sels) {
+                *v = _mm512_mul_ps(_mm512_permutexvar_ps(sel, h[g2 / 4]), levels);
+            }
+            *t = if ROUND {
+                let words = bf16_words(v[0], v[1]);
+                [
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(words)),
+                    _mm512_castsi512_ps(_mm512_and_si512(
+                        words,
+                        _mm512_set1_epi32(0xffff_0000_u32 as i32),
+                    )),
+                ]
+            } else {
+                v
+            };
+        }
+        t
+    }
+}
+
 /// Q3_K chunk (one block a row): each pair's tables (per sub-block of 32 columns, `dl ·
 /// (code − 4)` for the eight codes of both rows of its two groups: the two f32 sources of one
-/// 32-entry permute), its code bytes (`qs` and `hmask`) transposed, then per sub-block the
+/// 32-entry permute, built just before the sub-block's steps by [`q3k_sub_tables`], so they
+/// stay in registers), its code bytes (`qs` and `hmask`) transposed, then per sub-block the
 /// codes with the row bit 3 and the group bit 4, and per two steps a shift, one permute and
 /// the widening of its f32 values, the very f64 values a widened table holds.
 ///
@@ -787,27 +840,23 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
     // at 32..96; `x` holds R rows of 256 values `x_stride` apart and `lanes` R·PANEL_STEP
     // values (or, with R = 0, 64 steps of a packed panel).
     unsafe {
-        let levels = q3k_levels();
+        let levels = q3k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
         let load_pair =
             |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
-        // In place, not into a zeroed array (six kilobytes a chunk; see `q2k`).
-        let mut all_tabs = MaybeUninit::<[[[__m512; 2]; 8]; PAIRS]>::uninit();
+        // Each pair's per-group `dl` by halves of the block, `[a 8j.., b 8j..]` (eight groups
+        // of each row), in place (see `q2k`): a sub-block's tables are built from them just
+        // before its steps and stay in registers.
+        let mut halves = MaybeUninit::<[[__m512; 2]; PAIRS]>::uninit();
         for z in 0..PAIRS {
-            let tabs = &mut (*all_tabs.as_mut_ptr())[z];
             let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
-            for (g2, sels) in Q3K_GROUP_LANES.chunks_exact(2).enumerate() {
-                // The decoder's `dl · q`, rounded to bf16 where the matrix rounds.
-                let v: [__m512; 2] = std::array::from_fn(|i| {
-                    let dl = _mm512_permutex2var_ps(dla, load_i32(&sels[i]), dlb);
-                    _mm512_mul_ps(dl, levels)
-                });
-                tabs[g2] = round_pair::<ROUND>(v[0], v[1]);
-            }
+            let s = &mut (*halves.as_mut_ptr())[z];
+            s[0] = _mm512_shuffle_f32x4::<0x44>(dla, dlb);
+            s[1] = _mm512_shuffle_f32x4::<0xee>(dla, dlb);
         }
-        // Every table was written above.
-        let tabs = all_tabs.assume_init_ref();
+        // Every half was written above.
+        let halves = halves.assume_init_ref();
         let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
         let mut acc = load_lanes::<R>(lanes);
         let three = _mm512_set1_epi8(3);
@@ -843,7 +892,7 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                     let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
                     _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
                 });
-                let t: [[__m512; 2]; PAIRS] = std::array::from_fn(|z| tabs[z][4 * $h + $s]);
+                let t = q3k_sub_tables::<ROUND>(halves, 4 * $h + $s, levels);
                 let u0 = 32 * $h + 8 * $s;
                 two_steps!(cs, t, u0, 0);
                 two_steps!(cs, t, u0, 1);
