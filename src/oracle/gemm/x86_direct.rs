@@ -275,6 +275,47 @@ unsafe fn bf16_words(v0: __m512, v1: __m512) -> __m512i {
     unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0)) }
 }
 
+/// `v0`'s and `v1`'s values rounded to bf16 ([`bf16_words`]), as f32 split by lane parity:
+/// `[even, odd]`, lane `j` of `even` being `v0`'s lane `2j` (`j < 8`) or `v1`'s lane
+/// `2j − 16`, and of `odd` the lane after it. A 32-bit lane's low word is the even value and
+/// its high word the odd one, so a shift and a mask do it (no word permute): the tables that
+/// round lay their values out so that the halves are what they need.
+///
+/// # Safety
+/// AVX-512 F, BW and BF16 must be present.
+#[inline(always)]
+unsafe fn bf16_even_odd(v0: __m512, v1: __m512) -> [__m512; 2] {
+    // SAFETY (whole body): the features are present.
+    unsafe {
+        let words = bf16_words(v0, v1);
+        let high = _mm512_set1_epi32(0xffff_0000_u32 as i32);
+        [
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(words)),
+            _mm512_castsi512_ps(_mm512_and_si512(words, high)),
+        ]
+    }
+}
+
+/// Two pairs' two f64 tables (eight entries each) from their table vectors `v` (Q2_K's two
+/// groups, IQ2_XXS's two rows): unrounded, each vector's halves; with `ROUND`, vectors whose
+/// values are interleaved (the even lanes the first table, the odd the second), rounded to
+/// bf16 both at once by [`bf16_even_odd`].
+///
+/// # Safety
+/// AVX-512 F, BW and BF16 must be present.
+#[inline(always)]
+unsafe fn two_pairs_tables<const ROUND: bool>(v: [__m512; 2]) -> [[__m512d; 2]; 2] {
+    // SAFETY (whole body): the features are present.
+    unsafe {
+        if !ROUND {
+            return [widen(v[0]), widen(v[1])];
+        }
+        let [even, odd] = bf16_even_odd(v[0], v[1]);
+        let ([e0, e1], [o0, o1]) = (widen(even), widen(odd));
+        [[e0, o0], [e1, o1]]
+    }
+}
+
 /// Sixteen f32 from [`bf16_words`]'s words: lane `i` is word `idx[2i + 1]` in its high half
 /// and word `idx[2i]` in its low half, where every even index is 32, the first word of the
 /// permute's zero second source (one two-source permute; a zero-masked one compiled to a
@@ -409,15 +450,15 @@ unsafe fn lookup_pair16(ta: [__m512d; 2], tb: [__m512d; 2], idx: __m512i) -> __m
 }
 
 /// Step `u` of a kernel whose pairs look their weights up in two tables (eight entries of
-/// each row, the row bit 3 of a code) per group of `KC / 4 / N` steps: each pair's codes `cs`
+/// each row, the row bit 3 of a code) of the step's group, `tabs`: each pair's codes `cs`
 /// brought down by `SH` bits, one permute, then into [`sink`].
 ///
 /// # Safety
 /// AVX-512F must be present; `x` and `lanes` as [`x_step`] and [`sink`] require for step `u`.
 #[inline(always)]
-unsafe fn pair_table_step<const R: usize, const N: usize, const SH: u32>(
+unsafe fn pair_table_step<const R: usize, const SH: u32>(
     (u, cs): (usize, &[__m512i; PAIRS]),
-    tabs: &[[[__m512d; 2]; N]; PAIRS],
+    tabs: &[[__m512d; 2]; PAIRS],
     (x, x_stride): (*const f64, usize),
     acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
@@ -425,9 +466,8 @@ unsafe fn pair_table_step<const R: usize, const N: usize, const SH: u32>(
     // SAFETY: the caller's bounds.
     unsafe {
         let xv = x_step::<R>(x, x_stride, u);
-        for (z, (c, t)) in cs.iter().zip(tabs).enumerate() {
-            let [ta, tb] = t[u / (KC / 4 / N)];
-            let w = _mm512_permutex2var_pd(ta, _mm512_srli_epi64::<SH>(*c), tb);
+        for (z, (c, [ta, tb])) in cs.iter().zip(tabs).enumerate() {
+            let w = _mm512_permutex2var_pd(*ta, _mm512_srli_epi64::<SH>(*c), *tb);
             sink::<R>((u, z, w), &xv, acc, lanes);
         }
     }
@@ -679,23 +719,7 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
                     let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
                     *v = _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml);
                 }
-                if ROUND {
-                    // Rounded to bf16, both pairs at once: a lane's low word is the even lane
-                    // of its pair of lanes, the high word the odd one, so a shift and a mask
-                    // make the groups' tables (the interleaved layout), no word permute.
-                    let words = bf16_words(v[0], v[1]);
-                    let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(words));
-                    let odd = _mm512_castsi512_ps(_mm512_and_si512(
-                        words,
-                        _mm512_set1_epi32(0xffff_0000_u32 as i32),
-                    ));
-                    let ([e0, e1], [o0, o1]) = (widen(even), widen(odd));
-                    tabs[2 * zz] = [e0, o0];
-                    tabs[2 * zz + 1] = [e1, o1];
-                } else {
-                    tabs[2 * zz] = widen(v[0]);
-                    tabs[2 * zz + 1] = widen(v[1]);
-                }
+                [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
             }
             eight_steps!(step, sc, 8 * sub);
         }
@@ -801,18 +825,7 @@ unsafe fn q3k_sub_tables<const ROUND: bool>(
             for (v, sel) in v.iter_mut().zip(sels) {
                 *v = _mm512_mul_ps(_mm512_permutexvar_ps(sel, h[g2 / 4]), levels);
             }
-            *t = if ROUND {
-                let words = bf16_words(v[0], v[1]);
-                [
-                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(words)),
-                    _mm512_castsi512_ps(_mm512_and_si512(
-                        words,
-                        _mm512_set1_epi32(0xffff_0000_u32 as i32),
-                    )),
-                ]
-            } else {
-                v
-            };
+            *t = if ROUND { bf16_even_odd(v[0], v[1]) } else { v };
         }
         t
     }
@@ -969,12 +982,14 @@ static IQ2_SIGN_SHIFTS: [u8; 64] = {
 };
 
 /// The magnitudes `8, 25, 43` of the three grid levels (entry 3 never occurs) for the codes
-/// `0..4` (positive) and `4..8` (negative), twice (one row in each half), as f32, hidden from
-/// the optimiser (as [`q2k_levels`]).
+/// `0..4` (positive) and `4..8` (negative) of a pair's table vector, as f32, hidden from the
+/// optimiser (as [`q2k_levels`]): lane `i` code `i % 8` (one row in each half), or with
+/// `ROUND` code `i / 2` (the rows interleaved, lane `2c + r` row `r`'s code `c`).
 #[inline(always)]
-fn iq2_levels() -> [f32; 16] {
+fn iq2_levels<const ROUND: bool>() -> [f32; 16] {
     std::hint::black_box(std::array::from_fn(|i| {
-        iq2xxs::GRID_LEVELS.get(i % 4).copied().unwrap_or(0.0)
+        let code = if ROUND { i / 2 } else { i };
+        iq2xxs::GRID_LEVELS.get(code % 4).copied().unwrap_or(0.0)
     }))
 }
 
@@ -1038,10 +1053,11 @@ unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
     }
 }
 
-/// IQ2_XXS chunk (one block a row): each pair's eight group tables (`±db · level` for the
-/// eight codes `level | sign << 2` of both rows, one permute's two tables, rounded to bf16
-/// where the matrix rounds), its level and sign bytes ([`iq2_codes`]), then per group the
-/// lanes' code bytes (each lane's own two bits of level and sign bit, the row bit 3) and per
+/// IQ2_XXS chunk (one block a row): each pair's scales and its level and sign bytes
+/// ([`iq2_codes`]), then per group every pair's table (`±db · level` for the eight codes
+/// `level | sign << 2` of both rows, one permute's two tables, rounded to bf16 where the
+/// matrix rounds; built just before the group's steps, so it stays in registers), the lanes'
+/// code bytes (each lane's own two bits of level and sign bit, the row bit 3) and per
 /// step a shift and one permute.
 ///
 /// # Safety
@@ -1059,36 +1075,25 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
     // 256 values `x_stride` apart and `lanes` R·PANEL_STEP values (or, with R = 0, 64 steps
     // of a packed panel).
     unsafe {
-        let levels = iq2_levels();
+        let levels = iq2_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        // The second half of each row's eight entries is negative.
-        let negative = 0xf0f0;
-        // In place, not into zeroed arrays (see `q2k`).
-        let mut tabs = MaybeUninit::<[[[__m512d; 2]; 8]; PAIRS]>::uninit();
+        // The lanes of the negative codes `4..8` of each row.
+        let negative = if ROUND { 0xff00 } else { 0xf0f0 };
+        // Lane `i` of a pair's table vector takes row `i % 2`'s scale (`ROUND`), or row
+        // `i / 8`'s.
+        let row_lanes = if ROUND { 0xaaaa } else { 0xff00 };
+        // In place, not into zeroed arrays (see `q2k`): each pair's scales and code bytes; the
+        // tables are built group by group, just before the group's steps, in registers.
+        let mut scales = MaybeUninit::<[__m512; PAIRS]>::uninit();
         let mut codes = MaybeUninit::<[[[__m512i; 2]; 2]; PAIRS]>::uninit();
-        let (tp, cp) = (tabs.as_mut_ptr(), codes.as_mut_ptr());
+        let (sp, cp) = (scales.as_mut_ptr(), codes.as_mut_ptr());
         for z in 0..PAIRS {
             let (a, b) = (rows[2 * z], rows[2 * z + 1]);
-            let db = iq2_scales(a, b);
-            for g2 in 0..4 {
-                // The decoder's `db · level`, negated for a set sign, rounded to bf16 where
-                // the matrix rounds.
-                let v: [__m512; 2] = std::array::from_fn(|i| {
-                    let g = 2 * g2 + i;
-                    // Lanes 0..8 take the first row's group `g`, 8..16 the second's.
-                    let sel =
-                        _mm512_mask_set1_epi32(_mm512_set1_epi32(g as i32), 0xff00, 8 + g as i32);
-                    let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, db), levels);
-                    iq2_negate(negative, mag)
-                });
-                let v = round_pair::<ROUND>(v[0], v[1]);
-                (*tp)[z][2 * g2] = widen(v[0]);
-                (*tp)[z][2 * g2 + 1] = widen(v[1]);
-            }
+            (*sp)[z] = iq2_scales(a, b);
             (*cp)[z] = [iq2_codes(a), iq2_codes(b)];
         }
-        // Every table and code register was written above.
-        let (tabs, codes) = (tabs.assume_init_ref(), codes.assume_init_ref());
+        // Every scale and code register was written above.
+        let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
         let level_shift = _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0);
         // Bit `j` of a lane's sign nibble (its column `4t + j`) to bit 2.
@@ -1097,12 +1102,26 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
         let seven = _mm512_set1_epi8(7);
         // Bit 3 of every code byte of the pair's second row: its table is the second.
         let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
+        let mut tabs = [[_mm512_setzero_pd(); 2]; PAIRS];
         macro_rules! step {
             ($cs:ident, $u:expr, $sh:literal) => {
-                pair_table_step::<R, 8, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
+                pair_table_step::<R, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
             };
         }
         for g in 0..8 {
+            // Group `g`'s tables of every pair, two pairs at a time: the decoder's
+            // `db · level`, negated for a set sign, rounded to bf16 where the matrix rounds
+            // (both pairs at once: with the rows interleaved, the words' even and odd halves
+            // are the rows' tables, no word permute).
+            let sel = _mm512_mask_set1_epi32(_mm512_set1_epi32(g as i32), row_lanes, 8 + g as i32);
+            for zz in 0..PAIRS / 2 {
+                let mut v = [_mm512_setzero_ps(); 2];
+                for (k, v) in v.iter_mut().enumerate() {
+                    let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, scales[2 * zz + k]), levels);
+                    *v = iq2_negate(negative, mag);
+                }
+                [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
+            }
             // Lanes 0..4 take the first row's qword `g`, 4..8 the second's.
             let pick = _mm512_mask_set1_epi64(_mm512_set1_epi64(g as i64), 0xf0, 8 + g as i64);
             // Lane `l`'s code bytes of group `g`: level bits `2j..2j + 2` of the grid byte,
