@@ -1289,9 +1289,10 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
         for (s, row) in scales.iter_mut().zip(rows) {
             *s = q4k_scales(row);
         }
-        let nibble = _mm512_set1_epi32(0x0f);
-        // Bit 4 of the dword lanes of the pair's second row (`i % 8 ≥ 4`): its table.
-        let second = _mm512_maskz_set1_epi32(0xf0f0, 0x10);
+        let nibbles = _mm512_set1_epi8(0x0f);
+        // Bit 4 of every code byte of the dword lanes of the pair's second row (`i % 8 ≥ 4`):
+        // its table.
+        let second = _mm512_maskz_set1_epi32(0xf0f0, 0x1010_1010);
         let mut acc = load_lanes::<R>(lanes);
         for c in 0..4 {
             let mut codes = [_mm512_setzero_si512(); PAIRS];
@@ -1304,18 +1305,26 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
                 for (t, s) in tabs.iter_mut().zip(scales.chunks_exact(2)) {
                     *t = q4k_tables::<ROUND>(levels, s[0][g], s[1][g]);
                 }
+                // The group's nibble of every code byte with the row bit 4, once: a step
+                // pair's indices are then byte `k` of each dword, brought down by a shift
+                // (the permute reads bits 0..5 of a dword; the bytes above are later steps').
+                let mut cs = [_mm512_setzero_si512(); PAIRS];
+                for (cs, cz) in cs.iter_mut().zip(&codes) {
+                    let nib = if h == 0 {
+                        *cz
+                    } else {
+                        _mm512_srli_epi32::<4>(*cz)
+                    };
+                    *cs = _mm512_ternarylogic_epi32::<0xEA>(nib, nibbles, second);
+                }
                 // Steps `2k`, `2k + 1` of the group: their code bytes at byte `k` of each
-                // dword, brought down by `$sh` = `8k` (plus 4 for the high nibbles).
+                // dword, brought down by `$sh` = `8k`.
                 macro_rules! two_steps {
                     ($k:literal, $sh:literal) => {{
                         let u = 16 * c + 8 * h + 2 * $k;
                         let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
                         for z in 0..PAIRS {
-                            let idx = _mm512_ternarylogic_epi32::<0xEA>(
-                                _mm512_srli_epi32::<$sh>(codes[z]),
-                                nibble,
-                                second,
-                            );
+                            let idx = _mm512_srli_epi32::<$sh>(cs[z]);
                             let [ta, tb] = tabs[z];
                             let [w0, w1] = widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb));
                             sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
@@ -1323,17 +1332,10 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
                         }
                     }};
                 }
-                if h == 0 {
-                    two_steps!(0, 0);
-                    two_steps!(1, 8);
-                    two_steps!(2, 16);
-                    two_steps!(3, 24);
-                } else {
-                    two_steps!(0, 4);
-                    two_steps!(1, 12);
-                    two_steps!(2, 20);
-                    two_steps!(3, 28);
-                }
+                two_steps!(0, 0);
+                two_steps!(1, 8);
+                two_steps!(2, 16);
+                two_steps!(3, 24);
             }
         }
         store_lanes(&acc, lanes);
