@@ -11,11 +11,12 @@
 //!   a time, rounded to bf16 where the matrix rounds (Q2_K; MXFP4's values are all exact in
 //!   bf16, see [`mxfp4_tables`]) and widened to f64: the very values dequantize-then-widen
 //!   gives, so the products and their order, and with them the bits, are those of the packed
-//!   panel microkernel. Q2_K builds a sub-block's tables of every pair just before its steps,
-//!   so they stay in registers (a 512-bit store costs this machine more than a permute), and
-//!   rounds two pairs' at once: the bf16 words' even and odd halves are the two groups' tables
-//!   ([`Q2K_GROUP_LANES`]). Q3_K and Q4_K keep theirs in f32, both rows' (and for Q3_K two
-//!   groups') in the two sources of one 32-entry permute, and widen what a step pair looks up.
+//!   panel microkernel. Q2_K, Q3_K and IQ2_XXS build a sub-block's (a group's) tables of
+//!   every pair just before its steps, so they stay in registers (a 512-bit store costs this
+//!   machine more than a permute), and round two vectors at once laid out so that the bf16
+//!   words' even and odd halves are the tables ([`bf16_even_odd`]). Q3_K and Q4_K keep theirs
+//!   in f32, both rows' (and for Q3_K two groups') in the two sources of one 32-entry permute,
+//!   and widen what a step pair looks up.
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
@@ -23,10 +24,10 @@
 //!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its
 //!   pairs' step codes in memory and takes every odd step's by a load at a byte offset instead
 //!   of a shift ([`StepCodes`]): the table builds and the step permutes keep the vector ports
-//!   busy, the load ports are idle. IQ2_XXS looks
-//!   its grid up in registers first: byte permutes over the 512-byte grid (four `vpermi2b`
-//!   per row block) give each eight values' level indices, a bit-field shuffle
-//!   (`vpmultishiftqb`) and a 128-byte permute their sign bits.
+//!   busy, the load ports are idle. IQ2_XXS looks its grid up in registers first: byte
+//!   permutes over the 512-byte grid (four `vpermi2b` per row block) give each eight values'
+//!   level indices, a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign
+//!   bits.
 //!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
 //! sees its steps in increasing order. For more input rows the same decode writes each step's
@@ -564,6 +565,20 @@ unsafe fn x_step<const R: usize>(x: *const f64, x_stride: usize, u: usize) -> [_
     v
 }
 
+/// A pair's per-group values (sixteen groups of each row, `a` and `b`) by halves of the block:
+/// `[a 8j.., b 8j..]` for `j = 0, 1`, so that a sub-block's lanes are a single-source permute
+/// away.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn block_halves(a: __m512, b: __m512) -> [__m512; 2] {
+    [
+        _mm512_shuffle_f32x4::<0x44>(a, b),
+        _mm512_shuffle_f32x4::<0xee>(a, b),
+    ]
+}
+
 /// Q2_K: for lane `i` of a pair's groups `2h, 2h + 1` (`h` = `sub % 4` of a sub-block), the
 /// source lane in a half block's scales (`0..8` the first row's eight groups, `8..16` the
 /// second's). Unrounded (`[0]`), the two tables one after the other: `[a 2h, b 2h, a 2h+1,
@@ -676,18 +691,14 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
             }
             sc.seal();
         }
-        // Each pair's per-group scales, by halves of the block: `[a 8j.., b 8j..]` (eight
-        // groups of each row) for `dl` (j = 0, 1) and `ml` (2 + j), written in place (see the
-        // step codes), so that a sub-block's tables are one single-source permute each away.
+        // Each pair's per-group scales by halves of the block ([`block_halves`]): `dl` (j = 0,
+        // 1) and `ml` (2 + j), written in place (see the step codes).
         let mut ss = MaybeUninit::<[[__m512; 4]; PAIRS]>::uninit();
         for z in 0..PAIRS {
             let (dla, mla) = q2k_scales(rows[2 * z]);
             let (dlb, mlb) = q2k_scales(rows[2 * z + 1]);
-            let s = &mut (*ss.as_mut_ptr())[z];
-            s[0] = _mm512_shuffle_f32x4::<0x44>(dla, dlb);
-            s[1] = _mm512_shuffle_f32x4::<0xee>(dla, dlb);
-            s[2] = _mm512_shuffle_f32x4::<0x44>(mla, mlb);
-            s[3] = _mm512_shuffle_f32x4::<0xee>(mla, mlb);
+            let ([d0, d1], [m0, m1]) = (block_halves(dla, dlb), block_halves(mla, mlb));
+            (*ss.as_mut_ptr())[z] = [d0, d1, m0, m1];
         }
         // Every scale half and step-code row was written above (borrowed where they are:
         // moving them out of the `MaybeUninit` copied kilobytes a chunk, a sixth of its time).
@@ -858,15 +869,13 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
         let load_pair =
             |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
-        // Each pair's per-group `dl` by halves of the block, `[a 8j.., b 8j..]` (eight groups
-        // of each row), in place (see `q2k`): a sub-block's tables are built from them just
-        // before its steps and stay in registers.
+        // Each pair's per-group `dl` by halves of the block ([`block_halves`]), in place (see
+        // `q2k`): a sub-block's tables are built from them just before its steps and stay in
+        // registers.
         let mut halves = MaybeUninit::<[[__m512; 2]; PAIRS]>::uninit();
         for z in 0..PAIRS {
             let (dla, dlb) = (q3k_scales(rows[2 * z]), q3k_scales(rows[2 * z + 1]));
-            let s = &mut (*halves.as_mut_ptr())[z];
-            s[0] = _mm512_shuffle_f32x4::<0x44>(dla, dlb);
-            s[1] = _mm512_shuffle_f32x4::<0xee>(dla, dlb);
+            (*halves.as_mut_ptr())[z] = block_halves(dla, dlb);
         }
         // Every half was written above.
         let halves = halves.assume_init_ref();
