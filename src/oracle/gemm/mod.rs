@@ -451,7 +451,7 @@ impl Job<'_> {
                 let share = ahead.len().div_ceil(n_chunks);
                 let c = kc0 / KC;
                 let lo = (c * share).min(ahead.len());
-                crate::gguf::quant::rows::prefetch(&ahead[lo..(lo + share).min(ahead.len())]);
+                crate::gguf::quant::rows::prefetch_to_l2(&ahead[lo..(lo + share).min(ahead.len())]);
             }
             if fused {
                 // m <= MR: the one block of rows, from row 0.
