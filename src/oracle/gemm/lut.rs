@@ -655,7 +655,7 @@ mod tests {
                                     }
                                 }
                             }
-                            chunk(dk, round, &rows, kcl, mr, (&x, KC), &mut got);
+                            chunk(dk, round, &rows, (kcl, &[]), mr, (&x, KC), &mut got);
                             let same = want
                                 .iter()
                                 .zip(&got)

@@ -444,20 +444,22 @@ impl Job<'_> {
             // The next panel's bytes (contiguous: rows follow each other), a chunk's share at
             // a time, so they arrive while this panel is multiplied. Software prefetch: a
             // panel reads a dozen rows a chunk at a time, too many interleaved streams for
-            // the hardware prefetcher.
+            // the hardware prefetcher. The fused kernels spread the share over their steps.
             let next = self.row0 + first + NR;
-            if rows_in.0 == 0 && next < sm.rows() {
+            let ahead = if rows_in.0 == 0 && next < sm.rows() {
                 let ahead = rows_of(first + NR, NR.min(sm.rows() - next));
                 let share = ahead.len().div_ceil(n_chunks);
-                let c = kc0 / KC;
-                let lo = (c * share).min(ahead.len());
-                crate::gguf::quant::rows::prefetch_to_l2(&ahead[lo..(lo + share).min(ahead.len())]);
-            }
+                let lo = (kc0 / KC * share).min(ahead.len());
+                &ahead[lo..(lo + share).min(ahead.len())]
+            } else {
+                &[]
+            };
             if fused {
                 // m <= MR: the one block of rows, from row 0.
                 let x = (&self.xp[kc0 * m..], kcl);
-                return x86_direct::chunk(kind, round, &rows, kcl, rows_in.1, x, lanes);
+                return x86_direct::chunk(kind, round, &rows, (kcl, ahead), rows_in.1, x, lanes);
             }
+            crate::gguf::quant::rows::prefetch_to_l2(ahead);
             let steps = kcl / 4;
             let wp = &mut wp[..steps * PANEL_STEP];
             x86_direct::expand(kind, round, &rows, kcl, wp);

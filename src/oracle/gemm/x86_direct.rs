@@ -91,13 +91,15 @@ pub(super) fn supported() -> bool {
 
 /// `lanes[r][q][j] += Σ_s x[r][4s + j] · w[q][4s + j]` for `mr ≤ MR` input rows over one chunk
 /// of `NR` weight rows, `rows[q]` the row's blocks of the chunk (`kcl` columns: one Q2_K block,
-/// or up to eight MXFP4 blocks), values rounded to bf16 first with `round_bf16`. Panics if the
-/// CPU lacks a feature ([`supported`]) or an operand is too short.
+/// or up to eight MXFP4 blocks), values rounded to bf16 first with `round_bf16`; `ahead` (bytes
+/// needed later, the next panel's share) is prefetched to L2 a part at a time along the way, so
+/// that no burst of prefetches waits on the memory system at once. Panics if the CPU lacks a
+/// feature ([`supported`]) or an operand is too short.
 pub(super) fn chunk(
     kind: DirectKind,
     round_bf16: bool,
     rows: &[&[u8]; NR],
-    kcl: usize,
+    (kcl, ahead): (usize, &[u8]),
     mr: usize,
     (x, x_stride): (&[f64], usize),
     lanes: &mut [f64],
@@ -112,7 +114,7 @@ pub(super) fn chunk(
         kind,
         round_bf16,
         rows,
-        kcl,
+        (kcl, ahead),
         mr,
         (x.as_ptr(), x_stride),
         lanes.as_mut_ptr(),
@@ -138,7 +140,7 @@ pub(super) fn expand(
         kind,
         round_bf16,
         rows,
-        kcl,
+        (kcl, &[]),
         0,
         (std::ptr::null(), 0),
         wp.as_mut_ptr(),
@@ -152,7 +154,7 @@ fn run(
     kind: DirectKind,
     round_bf16: bool,
     rows: &[&[u8]; NR],
-    kcl: usize,
+    (kcl, ahead): (usize, &[u8]),
     mr: usize,
     (xp, x_stride): (*const f64, usize),
     lp: *mut f64,
@@ -194,11 +196,11 @@ fn run(
             // `out` by the caller.
             unsafe {
                 match mr {
-                    0 => $f::<0 $(, $c)?>(rows, kcl, xp, x_stride, lp),
-                    1 => $f::<1 $(, $c)?>(rows, kcl, xp, x_stride, lp),
-                    2 => $f::<2 $(, $c)?>(rows, kcl, xp, x_stride, lp),
-                    3 => $f::<3 $(, $c)?>(rows, kcl, xp, x_stride, lp),
-                    _ => $f::<MR $(, $c)?>(rows, kcl, xp, x_stride, lp),
+                    0 => $f::<0 $(, $c)?>(rows, (kcl, ahead), xp, x_stride, lp),
+                    1 => $f::<1 $(, $c)?>(rows, (kcl, ahead), xp, x_stride, lp),
+                    2 => $f::<2 $(, $c)?>(rows, (kcl, ahead), xp, x_stride, lp),
+                    3 => $f::<3 $(, $c)?>(rows, (kcl, ahead), xp, x_stride, lp),
+                    _ => $f::<MR $(, $c)?>(rows, (kcl, ahead), xp, x_stride, lp),
                 }
             }
         };
@@ -215,6 +217,20 @@ fn run(
         (DirectKind::Mxfp4, _) => by_rows!(mx),
         (DirectKind::Q8_0, true) => by_rows!(q8, true),
         (DirectKind::Q8_0, false) => by_rows!(q8, false),
+    }
+}
+
+/// Part `i` of `n` of a chunk's `ahead` bytes, prefetched to L2 ([`chunk`]): a kernel calls it
+/// at each of `n` points of its chunk.
+/// Written out here, not a call of `rows::prefetch_to_l2`, so that no call can end up inside a
+/// kernel's register-resident steps.
+#[inline(always)]
+fn prefetch_part(ahead: &[u8], i: usize, n: usize) {
+    let len = ahead.len();
+    for line in ahead[len * i / n..len * (i + 1) / n].chunks(64) {
+        // SAFETY: a prefetch is a hint: it reads nothing architecturally and cannot fault, and
+        // the address is inside `ahead`.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
     }
 }
 
@@ -661,7 +677,7 @@ unsafe fn q2k_scales(b: &[u8]) -> (__m512, __m512) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q2k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
-    _kcl: usize,
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -720,6 +736,7 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
             }};
         }
         for sub in 0..8 {
+            prefetch_part(ahead, sub, 8);
             let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
             for zz in 0..PAIRS / 2 {
                 // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1.
@@ -855,7 +872,7 @@ unsafe fn q3k_sub_tables<const ROUND: bool>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q3k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
-    _kcl: usize,
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -864,6 +881,9 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
     // at 32..96; `x` holds R rows of 256 values `x_stride` apart and `lanes` R·PANEL_STEP
     // values (or, with R = 0, 64 steps of a packed panel).
     unsafe {
+        // The whole share first: split over the sub-blocks it made Q3_K's steps 1.3x as slow
+        // (spilled registers, it seems), at the start it overlaps the code and scale setup.
+        prefetch_part(ahead, 0, 1);
         let levels = q3k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
@@ -1075,7 +1095,7 @@ unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c")]
 unsafe fn iq2<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
-    _kcl: usize,
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -1118,6 +1138,7 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
             };
         }
         for g in 0..8 {
+            prefetch_part(ahead, g, 8);
             // Group `g`'s tables of every pair, two pairs at a time: the decoder's
             // `db · level`, negated for a set sign, rounded to bf16 where the matrix rounds
             // (both pairs at once: with the rows interleaved, the words' even and odd halves
@@ -1281,7 +1302,7 @@ unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
 unsafe fn q4k<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
-    _kcl: usize,
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -1310,6 +1331,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
             }
             for h in 0..2 {
                 let g = 2 * c + h;
+                prefetch_part(ahead, g, 8);
                 let mut tabs = [[_mm512_setzero_ps(); 2]; PAIRS];
                 for (t, s) in tabs.iter_mut().zip(scales.chunks_exact(2)) {
                     *t = q4k_tables::<ROUND>(levels, s[0][g], s[1][g]);
@@ -1536,7 +1558,7 @@ unsafe fn mx_own_tables<const R: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 unsafe fn mx<const R: usize>(
     rows: &[&[u8]; NR],
-    kcl: usize,
+    (kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -1555,6 +1577,7 @@ unsafe fn mx<const R: usize>(
             _mm512_loadu_pd(MX_KVALUES[1].as_ptr()),
         ];
         for b0 in (0..n_blocks).step_by(2) {
+            prefetch_part(ahead, b0 / 2, n_blocks.div_ceil(2));
             let blocks = 2.min(n_blocks - b0);
             let mask: u64 = (1u64 << (bb * blocks)) - 1;
             // Each pair's blocks (first row's, second's) and transposed codes; whether any
@@ -1676,7 +1699,7 @@ unsafe fn q8_scale(b: &[u8]) -> __m512 {
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
 unsafe fn q8<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
-    kcl: usize,
+    (kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -1688,6 +1711,7 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
         let mut acc = load_lanes::<R>(lanes);
         for blk in 0..kcl / MX_VALUES {
+            prefetch_part(ahead, blk, kcl / MX_VALUES);
             // The block's eight steps of inputs, once for every pair (a broadcast from memory
             // costs about half an FMA).
             let mut xs = [[_mm512_setzero_pd(); R]; 8];
