@@ -554,6 +554,22 @@ mod tests {
         assert!((0..=255u8).all(super::super::x86_direct::mxfp4_tables_are_bf16));
     }
 
+    /// The definition of a direct kernel's chunk: `lanes[r][q][j] += x[r][4s + j] · w[q][4s + j]`
+    /// for `mr` input rows (`KC` apart in `x`) and the `NR` rows of `w` (`kcl` values each),
+    /// step by step in increasing `s`.
+    fn add_definition(lanes: &mut [f64], mr: usize, x: &[f64], (w, kcl): (&[f32], usize)) {
+        for r in 0..mr {
+            for q in 0..NR {
+                for j in 0..4 {
+                    let acc = &mut lanes[r * PANEL_STEP + 4 * q + j];
+                    for s in 0..kcl / 4 {
+                        *acc += x[r * KC + 4 * s + j] * f64::from(w[q * kcl + 4 * s + j]);
+                    }
+                }
+            }
+        }
+    }
+
     /// The direct kernels against the definition (the decoder's values, widened, summed lane
     /// by lane in increasing step; the packed panel of those values): the K-quants, IQ2_XXS
     /// and Q8_0 with NaN (quiet and signalling), infinite, zero and subnormal scales, MXFP4 over every E8M0 exponent (the f64 and the f32 table
@@ -644,17 +660,7 @@ mod tests {
                         for mr in 1..=MR_ROWS {
                             let mut want = vec![0.5f64; mr * PANEL_STEP];
                             let mut got = want.clone();
-                            for r in 0..mr {
-                                for q in 0..NR {
-                                    for j in 0..4 {
-                                        let acc = &mut want[r * PANEL_STEP + 4 * q + j];
-                                        for s in 0..kcl / 4 {
-                                            *acc += x[r * KC + 4 * s + j]
-                                                * f64::from(w[q * kcl + 4 * s + j]);
-                                        }
-                                    }
-                                }
-                            }
+                            add_definition(&mut want, mr, &x, (&w, kcl));
                             chunk(dk, round, &rows, (kcl, &[]), mr, (&x, KC), &mut got);
                             let same = want
                                 .iter()
@@ -664,6 +670,86 @@ mod tests {
                                 same,
                                 "{} round {round} chunk {kc0} kcl {kcl} rows {mr}",
                                 ty.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// MXFP4's scaled accumulators (every scale below `MX_F32_FROM`, the lanes in units of the
+    /// block's scale) against the definition at the edges of their range: exponents 0 and 252
+    /// side by side in both orders and everything between, inputs at f32's largest and
+    /// smallest (subnormal) magnitudes, signed zeros into a negative-zero lane, infinities and
+    /// a NaN, magnitudes from 2^−100 to 2^100 that round at every step, whole and ragged
+    /// chunks, 1 to `MR` input rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn mxfp4_scaled_lanes_keep_the_bits_at_the_extremes() {
+        use super::super::x86_direct::{chunk, supported, DirectKind};
+        if !supported() {
+            return;
+        }
+        let x: Vec<f64> = (0..MR_ROWS * KC)
+            .map(|i| {
+                let (r, c) = (i / KC, i % KC);
+                let sign = if (c / 4) % 3 == 0 { -1.0 } else { 1.0 };
+                let v = match r {
+                    0 => match c % 4 {
+                        0 => f32::MAX,
+                        1 => f32::from_bits(1 + (c as u32 % 5)),
+                        2 => f32::MAX / 3.0,
+                        _ => f32::MIN_POSITIVE / 7.0,
+                    },
+                    1 => 0.0,
+                    2 => match (c % 4, c / 4) {
+                        (0, 5) => f32::INFINITY,
+                        (1, 9) => f32::NAN,
+                        (2, 3) | (2, 40) => f32::NEG_INFINITY,
+                        _ => (c as f32 * 0.61).cos(),
+                    },
+                    _ => (c as f32 * 0.37).sin() * 2f32.powi((c as i32 * 37) % 200 - 100),
+                };
+                f64::from(sign * v)
+            })
+            .collect();
+        let init = [0.0, -0.0, 0.5, 1e30];
+        let ty = GgmlType::Mxfp4;
+        let dk = DirectKind::of(ty).expect("direct kind");
+        let (_, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
+        let cols = 8 * KC;
+        for round in [false, true] {
+            let base = matrix(ty, NR, cols, round);
+            let mut all: Vec<u8> = (0..NR)
+                .flat_map(|q| base.blocks(q, 0, cols).to_vec())
+                .collect();
+            for (i, b) in all.chunks_exact_mut(bb).enumerate() {
+                b[0] = match i % 6 {
+                    0 | 3 => 0,
+                    1 | 2 => 252,
+                    _ => (i * 7 % 253) as u8,
+                };
+            }
+            let sm = StoredMatrix::new("w", ty, NR, cols, Cow::Owned(all), round).expect("valid");
+            for kc0 in (0..cols).step_by(KC) {
+                for kcl in [KC, 32, 96, 224] {
+                    let mut w = vec![0f32; NR * kcl];
+                    for (q, row) in w.chunks_exact_mut(kcl).enumerate() {
+                        sm.decode(q, kc0, row);
+                    }
+                    let rows: [&[u8]; NR] = std::array::from_fn(|q| sm.blocks(q, kc0, kcl));
+                    for mr in 1..=MR_ROWS {
+                        let mut want: Vec<f64> =
+                            (0..mr * PANEL_STEP).map(|i| init[i / PANEL_STEP]).collect();
+                        let mut got = want.clone();
+                        add_definition(&mut want, mr, &x, (&w, kcl));
+                        chunk(dk, round, &rows, (kcl, &[]), mr, (&x, KC), &mut got);
+                        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "round {round} chunk {kc0} kcl {kcl} rows {mr} lane {i}: {a:e} vs {b:e}"
                             );
                         }
                     }

@@ -29,6 +29,13 @@
 //!   level indices, a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign
 //!   bits.
 //!
+//! - **Scaled lanes.** MXFP4's common case (every scale of a panel's block pair below
+//!   [`MX_F32_FROM`]) multiplies by one shared table of kvalues and no scale at all: the fused
+//!   kernel keeps each accumulator in units of its block's power-of-two scale for the block's
+//!   steps and scales it on and back once a block. A power-of-two scaling commutes with every
+//!   rounding while the values stay normal, which they do for f32 inputs and the GEMM's sums
+//!   (the proof is at the code), so the bits are those of `acc + x·(d·kvalue)`.
+//!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
 //! sees its steps in increasing order. For more input rows the same decode writes each step's
 //! weights to the packed panel instead ([`expand`]), which the panel microkernel then reads
@@ -93,8 +100,10 @@ pub(super) fn supported() -> bool {
 /// of `NR` weight rows, `rows[q]` the row's blocks of the chunk (`kcl` columns: one Q2_K block,
 /// or up to eight MXFP4 blocks), values rounded to bf16 first with `round_bf16`; `ahead` (bytes
 /// needed later, the next panel's share) is prefetched to L2 a part at a time along the way, so
-/// that no burst of prefetches waits on the memory system at once. Panics if the CPU lacks a
-/// feature ([`supported`]) or an operand is too short.
+/// that no burst of prefetches waits on the memory system at once. `x` holds widened f32
+/// values and `lanes` zero or sums of such products times weights (as the GEMM makes them:
+/// MXFP4's scaled lanes rely on it). Panics if the CPU lacks a feature ([`supported`]) or an
+/// operand is too short.
 pub(super) fn chunk(
     kind: DirectKind,
     round_bf16: bool,
@@ -1461,14 +1470,15 @@ fn mx_scale(e: u8) -> f64 {
 }
 
 /// MXFP4: the sixteen steps of the blocks `b0`, `b0 + 1` (the first eight only where
-/// `blocks` is 1), each pair's weights by the caller's `$weight!(z, beta, idx)`.
+/// `blocks` is 1), each pair's weights by the caller's `$weight!(z, beta, idx)`, and the
+/// caller's `$between!(acc)` on the accumulators between the two blocks.
 ///
 /// Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and for the
 /// block's second half (t ≥ 4) its high nibble, 4 bits on; the lookups read bits 0..4.
 /// Literal shifts, every step written out. The caller is in an unsafe block that vouches for
 /// the features, `x` and `lanes`.
 macro_rules! mx_steps {
-    ($weight:ident, ($b0:expr, $blocks:expr), $codes:expr, ($x:expr, $x_stride:expr), $acc:expr, $lanes:expr) => {{
+    ($weight:ident, $between:ident, ($b0:expr, $blocks:expr), $codes:expr, ($x:expr, $x_stride:expr), $acc:expr, $lanes:expr) => {{
         let (b0, blocks, codes, acc): (usize, usize, &[__m512i; PAIRS], _) =
             ($b0, $blocks, &$codes, $acc);
         let (x, x_stride, lanes) = ($x, $x_stride, $lanes);
@@ -1498,9 +1508,42 @@ macro_rules! mx_steps {
         }
         block!(0);
         if blocks == 2 {
+            $between!(acc);
             block!(1);
         }
     }};
+}
+
+/// Nothing between an MXFP4 group's two blocks (the kernels whose weights carry their scale).
+macro_rules! mx_nothing_between {
+    ($acc:expr) => {{
+        let _ = &$acc;
+    }};
+}
+
+/// `2^(bias + e − 1023)` in each qword lane, for integers `e` that make it a normal f64.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn pow2(bias: i64, e: __m512i) -> __m512d {
+    _mm512_castsi512_pd(_mm512_slli_epi64::<52>(_mm512_add_epi64(
+        e,
+        _mm512_set1_epi64(bias),
+    )))
+}
+
+/// Every input row's accumulators of pair `z` times `f[z]`.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn scale_lanes<const R: usize>(acc: &mut [[__m512d; PAIRS]; R], f: &[__m512d; PAIRS]) {
+    for row in acc.iter_mut() {
+        for (a, f) in row.iter_mut().zip(f) {
+            *a = _mm512_mul_pd(*a, *f);
+        }
+    }
 }
 
 /// MXFP4, blocks `b0`, `b0 + 1` where some scale is at least [`MX_F32_FROM`]: each row's own
@@ -1543,7 +1586,15 @@ unsafe fn mx_own_tables<const R: usize>(
                 lookup_pair16(tabs[$z][2 * $beta], tabs[$z][2 * $beta + 1], $idx)
             };
         }
-        mx_steps!(looked_up, (b0, blocks), *codes, (x, x_stride), acc, lanes);
+        mx_steps!(
+            looked_up,
+            mx_nothing_between,
+            (b0, blocks),
+            *codes,
+            (x, x_stride),
+            acc,
+            lanes
+        );
     }
 }
 
@@ -1599,26 +1650,83 @@ unsafe fn mx<const R: usize>(
             // sequence (inlined here, it measured 2% slower at m=1).
             if big == 0 {
                 // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
-                // product `mxfp4_tables` stores, so one shared table and a multiply by the
-                // lanes' `d` (the first row's in lanes 0..4) replace the two rows' tables.
-                // `d` is `mx_scale` in registers: block β's exponent byte into the qwords of
-                // its row, plus 895, 52 bits up.
-                let bias = _mm512_set1_epi64(895);
-                let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
-                for (dz, l) in d.iter_mut().zip(&loaded) {
-                    for (beta, db) in dz.iter_mut().enumerate() {
+                // product `mxfp4_tables` stores, and `d = 2^(e − 128)` is exact (`mx_scale`).
+                // Each lane's block exponent `e` (the first row's in lanes 0..4): block β's
+                // exponent byte into the qwords of its row.
+                let mut e = [[_mm512_setzero_si512(); 2]; PAIRS];
+                for (ez, l) in e.iter_mut().zip(&loaded) {
+                    for (beta, eb) in ez.iter_mut().enumerate() {
                         let sel = _mm512_loadu_si512(MX_SCALE_BYTES[beta].as_ptr().cast());
-                        let e = _mm512_maskz_permutex2var_epi8(MX_QWORD_LOW, l[0], sel, l[1]);
-                        *db =
-                            _mm512_castsi512_pd(_mm512_slli_epi64::<52>(_mm512_add_epi64(e, bias)));
+                        *eb = _mm512_maskz_permutex2var_epi8(MX_QWORD_LOW, l[0], sel, l[1]);
                     }
                 }
-                macro_rules! scaled {
-                    ($z:expr, $beta:literal, $idx:expr) => {
-                        _mm512_mul_pd(d[$z][$beta], _mm512_permutex2var_pd(kv[0], $idx, kv[1]))
-                    };
+                if R == 0 {
+                    // The packed panel holds the weights themselves: the one shared kvalue
+                    // table and a multiply by the lanes' `d`.
+                    let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
+                    for (dz, ez) in d.iter_mut().zip(&e) {
+                        for (db, eb) in dz.iter_mut().zip(ez) {
+                            *db = pow2(895, *eb);
+                        }
+                    }
+                    macro_rules! scaled {
+                        ($z:expr, $beta:literal, $idx:expr) => {
+                            _mm512_mul_pd(d[$z][$beta], _mm512_permutex2var_pd(kv[0], $idx, kv[1]))
+                        };
+                    }
+                    mx_steps!(
+                        scaled,
+                        mx_nothing_between,
+                        (b0, blocks),
+                        codes,
+                        (x, x_stride),
+                        &mut acc,
+                        lanes
+                    );
+                } else {
+                    // The accumulators carry the block's scale instead of every weight: a lane
+                    // runs in units of its block's `d` (`acc / d`), adds `x · kvalue` from the
+                    // shared table, and is scaled back after the block. Scaling by a power of
+                    // two commutes with every rounding that stays normal, and all of these do:
+                    // a nonzero exact sum of these products is a multiple of 2^−278 (x an f32,
+                    // `d ≥ 2^−128`, a doubled kvalue an integer) and below 2^277, and `1/d` is
+                    // within 2^±128, so every value stays within 2^±406, far inside f64's
+                    // normal range (signed zeros, infinities and NaNs pass a power-of-two
+                    // scaling unchanged). So `acc/d + x·kvalue`, rounded, times `d` is
+                    // `acc + x·(d·kvalue)` rounded: the same bits, one multiply a block a
+                    // pair and input row instead of one a step.
+                    // Into block 0's units (`2^(128 − e0)`), from block 0's into block 1's
+                    // (`2^(e0 − e1)`), and back (`2^(e_last − 128)`). Loops, not closures
+                    // (see `x_step`).
+                    let zero = [_mm512_setzero_pd(); PAIRS];
+                    let (mut into, mut across, mut back) = (zero, zero, zero);
+                    for (z, ez) in e.iter().enumerate() {
+                        into[z] = pow2(1151, _mm512_sub_epi64(_mm512_setzero_si512(), ez[0]));
+                        across[z] = pow2(1023, _mm512_sub_epi64(ez[0], ez[1]));
+                        back[z] = pow2(895, ez[blocks - 1]);
+                    }
+                    scale_lanes(&mut acc, &into);
+                    macro_rules! unscaled {
+                        ($z:expr, $beta:literal, $idx:expr) => {
+                            _mm512_permutex2var_pd(kv[0], $idx, kv[1])
+                        };
+                    }
+                    macro_rules! next_block_units {
+                        ($acc:expr) => {
+                            scale_lanes($acc, &across)
+                        };
+                    }
+                    mx_steps!(
+                        unscaled,
+                        next_block_units,
+                        (b0, blocks),
+                        codes,
+                        (x, x_stride),
+                        &mut acc,
+                        lanes
+                    );
+                    scale_lanes(&mut acc, &back);
                 }
-                mx_steps!(scaled, (b0, blocks), codes, (x, x_stride), &mut acc, lanes);
             } else {
                 // Each row's two scales (a missing second block's as 0).
                 let mut es = [[0u8; 2]; NR];
