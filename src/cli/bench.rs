@@ -16,7 +16,8 @@ use golden_lens::gguf::quant::{block_decoder, reference_block_decoder, BlockDeco
 use golden_lens::gguf::GgmlType;
 use golden_lens::model::stored::StoredMatrix;
 use golden_lens::oracle::gemm::roofline::{
-    bandwidth, best_compute_seconds, fma_peak_gflops, Bandwidth, Precision,
+    bandwidth, best_compute_seconds, fma_peak_gflops, repeat_compute_seconds, Bandwidth, Precision,
+    Repeated,
 };
 use golden_lens::oracle::gemm::{best_path, gemm, kernel_path_note, KernelPath, WeightRows};
 use rayon::prelude::*;
@@ -49,6 +50,12 @@ pub struct BenchArgs {
     /// Repetitions per measurement; the best is kept (this is a shared, noisy machine).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Milliseconds each GEMM shape runs for, split over three rounds through the table (each
+    /// round at least `--reps` runs, at most 100000 runs in all): a sub-millisecond GEMM needs
+    /// hundreds of runs before one is not interrupted on a shared machine. The table prints
+    /// the best and the median run.
+    #[arg(long, default_value_t = 900)]
+    pub gemm_ms: u64,
     /// Write every figure as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -126,6 +133,8 @@ struct GemmRow {
     k: usize,
     bytes: usize,
     seconds: f64,
+    median_seconds: f64,
+    reps: usize,
     gflops: f64,
     limit_gflops: f64,
     bound: &'static str,
@@ -161,6 +170,12 @@ fn inputs(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A GEMM row's runs: at least this many, for at least these seconds, at most this many.
+type Reps = (usize, f64, usize);
+
+/// Most runs of one GEMM shape.
+const GEMM_MAX_REPS: usize = 100_000;
+
 /// A pool of weights of one kind that GEMMs cycle through.
 enum Pool {
     F32(Vec<f32>),
@@ -180,7 +195,13 @@ impl Pool {
     }
 
     /// Times one GEMM shape, each repetition on weights at a different place in the pool.
-    fn time(&self, m: usize, n: usize, k: usize, reps: usize) -> anyhow::Result<f64> {
+    /// Run `r` (counting from `first`) reads slot `r` of the pool, modulo its slots.
+    fn time(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        reps: Reps,
+        first: usize,
+    ) -> anyhow::Result<Repeated> {
         let x = inputs(m * k, 3);
         let threads = rayon::current_num_threads();
         match self {
@@ -193,7 +214,7 @@ impl Pool {
                     );
                 }
                 let slots = (p.len() / len).max(1);
-                Ok(best_compute_seconds(reps, threads, |r| {
+                Ok(repeat_compute_seconds(reps, threads, first, |r| {
                     let w = &p[(r % slots) * len..(r % slots + 1) * len];
                     std::hint::black_box(gemm(&x, m, k, WeightRows::F32(w), n, true));
                 }))
@@ -207,13 +228,13 @@ impl Pool {
                     );
                 }
                 let slots = (p.len() / len).max(1);
-                let mats = (0..slots.min(reps.max(1)))
+                let mats = (0..slots)
                     .map(|s| {
                         let bytes = Cow::Borrowed(&p[s * len..(s + 1) * len]);
                         StoredMatrix::new("bench", *t, n, k, bytes, true)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(best_compute_seconds(reps, threads, |r| {
+                Ok(repeat_compute_seconds(reps, threads, first, |r| {
                     let w = WeightRows::Stored(&mats[r % mats.len()]);
                     std::hint::black_box(gemm(&x, m, k, w, n, true));
                 }))
@@ -222,22 +243,22 @@ impl Pool {
     }
 }
 
+/// A GEMM shape's row from its runs.
 fn gemm_row(
     limits: &Limits,
-    pool: &Pool,
     what: &'static str,
     w: Weights,
     (m, n, k): (usize, usize, usize),
-    reps: usize,
-) -> anyhow::Result<GemmRow> {
-    let seconds = pool.time(m, n, k, reps)?;
+    timed: &Repeated,
+) -> GemmRow {
+    let seconds = timed.best();
     let flops = 2.0 * (m * n * k) as f64;
     let bytes = w.bytes(n, k) + 4 * m * (k + n);
     let memory_s = bytes as f64 / (limits.bw.read_gbs * 1e9);
     let fma_s = flops / (limits.f64_gflops * 1e9);
     let fma32_s = flops / (limits.f32_gflops * 1e9);
     let limit_s = memory_s.max(fma_s);
-    Ok(GemmRow {
+    GemmRow {
         what,
         weights: w.name(),
         m,
@@ -245,6 +266,8 @@ fn gemm_row(
         k,
         bytes,
         seconds,
+        median_seconds: timed.median(),
+        reps: timed.reps(),
         gflops: flops / seconds / 1e9,
         limit_gflops: flops / limit_s / 1e9,
         bound: if memory_s >= fma_s {
@@ -254,7 +277,7 @@ fn gemm_row(
         },
         of_limit: limit_s / seconds,
         of_f32_limit: memory_s.max(fma32_s) / seconds,
-    })
+    }
 }
 
 /// Decodes `bytes` into `out` with `decode`, in parallel chunks or on this thread.
@@ -376,10 +399,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         plan.retain(|(w, what, _, _)| what.contains(only.as_str()) || w.name() == *only);
     }
     let tokens: &[usize] = if args.quick { &[1, 16] } else { &TOKEN_COUNTS };
+    let gemm_ms = if args.quick { 0 } else { args.gemm_ms };
+    let gemm_rounds = if args.quick { 1 } else { LIMIT_ROUNDS };
+    let gemm_reps: Reps = (
+        reps,
+        gemm_ms as f64 * 1e-3 / gemm_rounds as f64,
+        GEMM_MAX_REPS / gemm_rounds,
+    );
     println!();
-    println!("GEMM (real dims; limit = min(f64 FMA peak, read bandwidth x FLOP per byte), the f64 peak because the oracle's bits are an f64 reduction; 'f32 lim' uses the f32 peak instead)");
+    println!("GEMM (real dims; limit = min(f64 FMA peak, read bandwidth x FLOP per byte), the f64 peak because the oracle's bits are an f64 reduction; 'f32 lim' uses the f32 peak instead; each shape runs at least {reps} times and for {gemm_ms} ms: 'ms' is the best run, which the rates use, 'med ms' the median of the 'runs')");
     println!(
-        "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>8}",
+        "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>7} {:>8}",
         "shape",
         "weights",
         "m",
@@ -387,6 +417,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "k",
         "MB",
         "ms",
+        "med ms",
+        "runs",
         "GFLOP/s",
         "limit",
         "bound",
@@ -398,26 +430,40 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     kinds.dedup();
     for kind in kinds {
         let pool = Pool::new(kind, pool_bytes)?;
-        for &(w, what, n, k) in plan.iter().filter(|p| p.0 == kind) {
-            for &m in tokens {
-                let row = gemm_row(&limits, &pool, what, w, (m, n, k), reps)?;
-                println!(
-                    "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9.1} {:>9.3} {:>8.1} {:>8.1} {:>8} {:>6.0}% {:>7.0}%",
-                    row.what,
-                    row.weights,
-                    row.m,
-                    row.n,
-                    row.k,
-                    row.bytes as f64 / 1e6,
-                    row.seconds * 1e3,
-                    row.gflops,
-                    row.limit_gflops,
-                    row.bound,
-                    100.0 * row.of_limit,
-                    100.0 * row.of_f32_limit
-                );
-                gemm_rows.push(row);
+        let shapes: Vec<(&'static str, Weights, (usize, usize, usize))> = plan
+            .iter()
+            .filter(|p| p.0 == kind)
+            .flat_map(|&(w, what, n, k)| tokens.iter().map(move |&m| (what, w, (m, n, k))))
+            .collect();
+        // Every shape once a round, the rounds one after the other: a slow stretch of a
+        // shared machine then falls on one round of a shape, not on all its runs.
+        let mut timed = vec![Repeated::default(); shapes.len()];
+        for _ in 0..gemm_rounds {
+            for (t, &(_, _, mnk)) in timed.iter_mut().zip(&shapes) {
+                let first = t.reps();
+                t.merge(pool.time(mnk, gemm_reps, first)?);
             }
+        }
+        for (t, &(what, w, mnk)) in timed.iter().zip(&shapes) {
+            let row = gemm_row(&limits, what, w, mnk, t);
+            println!(
+                "{:<18} {:>8} {:>3} {:>6} {:>6} {:>9.1} {:>9.3} {:>9.3} {:>6} {:>8.1} {:>8.1} {:>8} {:>6.0}% {:>7.0}%",
+                row.what,
+                row.weights,
+                row.m,
+                row.n,
+                row.k,
+                row.bytes as f64 / 1e6,
+                row.seconds * 1e3,
+                row.median_seconds * 1e3,
+                row.reps,
+                row.gflops,
+                row.limit_gflops,
+                row.bound,
+                100.0 * row.of_limit,
+                100.0 * row.of_f32_limit
+            );
+            gemm_rows.push(row);
         }
     }
 
@@ -520,7 +566,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "bandwidth_gbs": {"read": limits.bw.read_gbs, "memcpy": limits.bw.memcpy_gbs},
             "gemm": gemm_rows.iter().map(|r| json!({
                 "shape": r.what, "weights": r.weights, "m": r.m, "n": r.n, "k": r.k,
-                "bytes": r.bytes, "seconds": r.seconds, "gflops": r.gflops,
+                "bytes": r.bytes, "seconds": r.seconds, "median_seconds": r.median_seconds,
+                "runs": r.reps, "gflops": r.gflops,
                 "limit_gflops": r.limit_gflops, "bound": r.bound, "of_limit": r.of_limit,
                 "of_f32_limit": r.of_f32_limit,
             })).collect::<Vec<_>>(),

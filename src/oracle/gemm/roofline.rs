@@ -69,6 +69,65 @@ pub fn best_compute_seconds(reps: usize, busy_threads: usize, mut f: impl FnMut(
         .max(f64::MIN_POSITIVE)
 }
 
+/// The [`compute_seconds`] of every run [`repeat_compute_seconds`] made, in increasing order;
+/// [`Repeated::merge`] pools runs made at different times.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Repeated {
+    times: Vec<f64>,
+}
+
+impl Repeated {
+    /// The least run (infinite where there was none).
+    pub fn best(&self) -> f64 {
+        self.times.first().copied().unwrap_or(f64::INFINITY)
+    }
+
+    /// The median run (infinite where there was none).
+    pub fn median(&self) -> f64 {
+        let (n, mid) = (self.times.len(), self.times.len() / 2);
+        match n {
+            0 => f64::INFINITY,
+            _ if n % 2 == 1 => self.times[mid],
+            _ => 0.5 * (self.times[mid - 1] + self.times[mid]),
+        }
+    }
+
+    /// How many runs there were.
+    pub fn reps(&self) -> usize {
+        self.times.len()
+    }
+
+    /// Both sets of runs as one.
+    pub fn merge(&mut self, other: Repeated) {
+        self.times.extend(other.times);
+        self.times.sort_by(f64::total_cmp);
+    }
+}
+
+/// [`compute_seconds`] of runs of `f(rep)`, `rep` counting from `first`: at least `min_reps`
+/// runs, then more until the runs have taken `min_seconds` of wall time, at most `max_reps`
+/// in all (`max_reps` below `min_reps` is read as `min_reps`). A sub-millisecond kernel on a
+/// shared machine needs many runs before one of them is not interrupted, so a fixed handful
+/// of repetitions reads it slower than it is; a time budget gives every shape the same chance.
+pub fn repeat_compute_seconds(
+    (min_reps, min_seconds, max_reps): (usize, f64, usize),
+    busy_threads: usize,
+    first: usize,
+    mut f: impl FnMut(usize),
+) -> Repeated {
+    let (min_reps, max_reps) = (min_reps.max(1), max_reps.max(min_reps.max(1)));
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < min_reps
+        || (times.len() < max_reps && start.elapsed().as_secs_f64() < min_seconds)
+    {
+        let r = first + times.len();
+        times.push(compute_seconds(busy_threads, || f(r)).max(f64::MIN_POSITIVE));
+    }
+    times.sort_by(f64::total_cmp);
+    Repeated { times }
+}
+
 /// Independent accumulators in the peak kernels: more than FMA latency × FMA ports, and few
 /// enough to stay in registers with AVX2's sixteen.
 pub(super) const PEAK_CHAINS: usize = 12;
@@ -229,6 +288,32 @@ mod tests {
         }
         let b = bandwidth(1 << 20, 1);
         assert!(b.memcpy_gbs > 0.0 && b.read_gbs > 0.0, "{b:?}");
+    }
+
+    #[test]
+    fn repetitions_run_their_minimum_then_fill_the_time_budget_up_to_the_cap() {
+        // No budget: exactly the minimum, reps numbered from `first`.
+        let mut seen = Vec::new();
+        let r = repeat_compute_seconds((3, 0.0, 100), 1, 5, |i| seen.push(i));
+        assert_eq!((r.reps(), seen), (3, vec![5, 6, 7]));
+        // A budget the minimum cannot fill: more runs, never past the cap.
+        let r = repeat_compute_seconds((2, 10.0, 7), 1, 0, |_| spin());
+        assert_eq!(r.reps(), 7);
+        // A budget of 20 ms over runs of about 2 ms of CPU each: well past the minimum, and
+        // at least the budget's worth of wall time.
+        let t = Instant::now();
+        let mut r = repeat_compute_seconds((1, 0.02, 1000), 1, 0, |_| spin());
+        assert!(t.elapsed().as_secs_f64() >= 0.02 && r.reps() >= 2, "{r:?}");
+        assert!(r.reps() < 1000, "{r:?}");
+        // Best at most median, both at least the CPU each run burns.
+        let floor = SPIN_NS as f64 * 1e-9;
+        assert!(r.best() <= r.median() && r.best() >= 0.9 * floor, "{r:?}");
+        // Merged runs: the counts add, the best is the least of both.
+        let (n, best) = (r.reps(), r.best());
+        r.merge(repeat_compute_seconds((2, 0.0, 2), 1, 0, |_| ()));
+        assert_eq!(r.reps(), n + 2);
+        assert!(r.best() < best && r.best() <= r.median(), "{r:?}");
+        assert_eq!(Repeated::default().best(), f64::INFINITY);
     }
 
     /// CPU time each of two parallel tasks burns, measured on its own thread's clock.
