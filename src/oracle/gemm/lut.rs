@@ -578,7 +578,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn direct_kernels_match_the_definition() {
-        use super::super::x86_direct::{chunk, expand, supported, DirectKind};
+        use super::super::x86_direct::{chunk, expand, input_scale, supported, DirectKind};
         if !supported() {
             return;
         }
@@ -657,11 +657,13 @@ mod tests {
                             "{} round {round} chunk {kc0} kcl {kcl} panel",
                             ty.name()
                         );
+                        let scale = input_scale(dk, round);
+                        let xs: Vec<f64> = x.iter().map(|v| v * scale).collect();
                         for mr in 1..=MR_ROWS {
                             let mut want = vec![0.5f64; mr * PANEL_STEP];
                             let mut got = want.clone();
                             add_definition(&mut want, mr, &x, (&w, kcl));
-                            chunk(dk, round, &rows, (kcl, &[]), mr, (&x, KC), &mut got);
+                            chunk(dk, round, &rows, (kcl, &[]), mr, (&xs, KC), &mut got);
                             let same = want
                                 .iter()
                                 .zip(&got)
@@ -678,20 +680,11 @@ mod tests {
         }
     }
 
-    /// MXFP4's scaled accumulators (every scale below `MX_F32_FROM`, the lanes in units of the
-    /// block's scale) against the definition at the edges of their range: exponents 0 and 252
-    /// side by side in both orders and everything between, inputs at f32's largest and
-    /// smallest (subnormal) magnitudes, signed zeros into a negative-zero lane, infinities and
-    /// a NaN, magnitudes from 2^−100 to 2^100 that round at every step, whole and ragged
-    /// chunks, 1 to `MR` input rows.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn mxfp4_scaled_lanes_keep_the_bits_at_the_extremes() {
-        use super::super::x86_direct::{chunk, supported, DirectKind};
-        if !supported() {
-            return;
-        }
-        let x: Vec<f64> = (0..MR_ROWS * KC)
+    /// Inputs at the edges of f32's range, `MR_ROWS` rows of `KC`: row 0 f32's largest and
+    /// smallest (subnormal) magnitudes, row 1 zeros, row 2 infinities and a NaN among ordinary
+    /// values, row 3 magnitudes from 2^−100 to 2^100 that round at every step; signs mixed.
+    fn extreme_inputs() -> Vec<f64> {
+        (0..MR_ROWS * KC)
             .map(|i| {
                 let (r, c) = (i / KC, i % KC);
                 let sign = if (c / 4) % 3 == 0 { -1.0 } else { 1.0 };
@@ -713,7 +706,111 @@ mod tests {
                 };
                 f64::from(sign * v)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Q4_K's high-word kernel (bf16-rounded matrices with finite scales: the inputs scaled by
+    /// 2^448, the weights held as `w · 2^−896`) against the definition at the edges of its
+    /// range: [`extreme_inputs`], lanes starting at signed zeros and 1e30, zero, negative-zero,
+    /// f16-subnormal and largest-f16 scales and mins, and a row of infinite scales beside finite
+    /// ones in one chunk (the widened route, its lanes in the inputs' units), 1 to `MR` rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q4k_high_words_keep_the_bits_at_the_extremes() {
+        high_words_at_the_extremes(GgmlType::Q4K, |b, (d, m)| {
+            b[0..2].copy_from_slice(&d.to_le_bytes());
+            b[2..4].copy_from_slice(&m.to_le_bytes());
+        });
+    }
+
+    /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for Q3_K's `d` (the same edges).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q3k_high_words_keep_the_bits_at_the_extremes() {
+        high_words_at_the_extremes(GgmlType::Q3K, |b, (d, _)| {
+            b[108..110].copy_from_slice(&d.to_le_bytes());
+        });
+    }
+
+    /// The high-word kernel of `ty` against the definition, chunk `c > 0`'s every block given
+    /// the f16 scale pair `(d, dmin)` number `c − 1` by `put`, and one row of chunk 5 an
+    /// infinite `d`.
+    #[cfg(target_arch = "x86_64")]
+    fn high_words_at_the_extremes(ty: GgmlType, put: fn(&mut [u8], (u16, u16))) {
+        use super::super::x86_direct::{chunk, input_scale, supported, DirectKind};
+        if !supported() {
+            return;
+        }
+        let x = extreme_inputs();
+        let dk = DirectKind::of(ty).expect("direct kind");
+        let scale = input_scale(dk, true);
+        assert_eq!(scale, 2f64.powi(448));
+        let xs: Vec<f64> = x.iter().map(|v| v * scale).collect();
+        let (_, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
+        let cols = 6 * KC;
+        let mut all = random_blocks(ty, NR * cols / KC, 5).expect("blocks");
+        assert_eq!(all.len(), NR * cols / KC * bb);
+        // (d, dmin) of chunk c's rows: chunk 0 as drawn, then the edges.
+        let edges: [(u16, u16); 5] = [
+            (0x7bff, 0x7bff),
+            (0x0001, 0x8001),
+            (0x0000, 0x3c00),
+            (0x8000, 0x0000),
+            (0xfbff, 0x0400),
+        ];
+        for (i, b) in all.chunks_exact_mut(bb).enumerate() {
+            let (q, c) = (i / (cols / KC), i % (cols / KC));
+            if c == 0 {
+                continue;
+            }
+            let (d, m) = edges[c - 1];
+            let (d, m) = if c == 5 && q == 7 {
+                (0x7c00, m)
+            } else {
+                (d, m)
+            };
+            put(b, (d, m));
+        }
+        let sm = StoredMatrix::new("w", ty, NR, cols, Cow::Owned(all), true).expect("valid");
+        let init = [0.0, -0.0, 0.5, 1e30];
+        for kc0 in (0..cols).step_by(KC) {
+            let mut w = vec![0f32; NR * KC];
+            for (q, row) in w.chunks_exact_mut(KC).enumerate() {
+                sm.decode(q, kc0, row);
+            }
+            let rows: [&[u8]; NR] = std::array::from_fn(|q| sm.blocks(q, kc0, KC));
+            for mr in 1..=MR_ROWS {
+                let mut want: Vec<f64> =
+                    (0..mr * PANEL_STEP).map(|i| init[i / PANEL_STEP]).collect();
+                let mut got = want.clone();
+                add_definition(&mut want, mr, &x, (&w, KC));
+                chunk(dk, true, &rows, (KC, &[]), mr, (&xs, KC), &mut got);
+                for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{} chunk {kc0} rows {mr} lane {i}: {a:e} vs {b:e}",
+                        ty.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// MXFP4's scaled accumulators (every scale below `MX_F32_FROM`, the lanes in units of the
+    /// block's scale) against the definition at the edges of their range: exponents 0 and 252
+    /// side by side in both orders and everything between, inputs at f32's largest and
+    /// smallest (subnormal) magnitudes, signed zeros into a negative-zero lane, infinities and
+    /// a NaN, magnitudes from 2^−100 to 2^100 that round at every step, whole and ragged
+    /// chunks, 1 to `MR` input rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn mxfp4_scaled_lanes_keep_the_bits_at_the_extremes() {
+        use super::super::x86_direct::{chunk, supported, DirectKind};
+        if !supported() {
+            return;
+        }
+        let x = extreme_inputs();
         let init = [0.0, -0.0, 0.5, 1e30];
         let ty = GgmlType::Mxfp4;
         let dk = DirectKind::of(ty).expect("direct kind");

@@ -179,10 +179,12 @@ fn run_job(
             );
         }
     }
+    let xs = fused_inputs(path, w, m, &xp);
     let job = Job {
         path,
         x,
         xp: &xp,
+        xs: &xs,
         m,
         k,
         k4,
@@ -210,11 +212,31 @@ fn run_job(
     y
 }
 
+/// The inputs `xp` scaled by what the fused direct kernel of `w` takes them in
+/// (`x86_direct::input_scale`) where that is not 1 and the GEMM runs fused kernels (AVX-512,
+/// at most `MR` rows), else nothing.
+fn fused_inputs(path: KernelPath, w: WeightRows<'_>, m: usize, xp: &[f64]) -> Vec<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if let WeightRows::Stored(sm) = w {
+        if let Some(kind) = x86_direct::DirectKind::of(sm.ggml_type()) {
+            let s = x86_direct::input_scale(kind, sm.rounds_to_bf16());
+            if m <= MR && s != 1.0 && path == KernelPath::Avx512 && x86_direct::supported() {
+                return xp.iter().map(|v| v * s).collect();
+            }
+        }
+    }
+    let _ = (path, w, m, xp);
+    Vec::new()
+}
+
 /// One GEMM's operands, shared by its tasks.
 struct Job<'a> {
     path: KernelPath,
     x: &'a [f32],
     xp: &'a [f64],
+    /// `xp` scaled for a fused direct kernel that takes its inputs scaled (`fused_inputs`),
+    /// else empty.
+    xs: &'a [f64],
     m: usize,
     k: usize,
     k4: usize,
@@ -455,8 +477,13 @@ impl Job<'_> {
                 &[]
             };
             if fused {
-                // m <= MR: the one block of rows, from row 0.
-                let x = (&self.xp[kc0 * m..], kcl);
+                // m <= MR: the one block of rows, from row 0, scaled where the kernel wants.
+                let xp = if x86_direct::input_scale(kind, round) == 1.0 {
+                    self.xp
+                } else {
+                    self.xs
+                };
+                let x = (&xp[kc0 * m..], kcl);
                 return x86_direct::chunk(kind, round, &rows, (kcl, ahead), rows_in.1, x, lanes);
             }
             crate::gguf::quant::rows::prefetch_to_l2(ahead);

@@ -16,7 +16,7 @@
 //!   machine more than a permute), and round two vectors at once laid out so that the bf16
 //!   words' even and odd halves are the tables ([`bf16_even_odd`]). Q3_K and Q4_K keep theirs
 //!   in f32, both rows' (and for Q3_K two groups') in the two sources of one 32-entry permute,
-//!   and widen what a step pair looks up.
+//!   and widen what a step pair looks up (or, see below, keep high words).
 //! - **Codes.** One byte permute transposes a pair's code bytes so that each 64-bit lane holds
 //!   its own column's codes for eight consecutive steps, one byte a step; a shift then brings a
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
@@ -35,6 +35,13 @@
 //!   steps and scales it on and back once a block. A power-of-two scaling commutes with every
 //!   rounding while the values stay normal, which they do for f32 inputs and the GEMM's sums
 //!   (the proof is at the code), so the bits are those of `acc + x·(d·kvalue)`.
+//!
+//! - **High words.** Q4_K and Q3_K matrices that round to bf16 (with finite scales) keep
+//!   their tables for the fused kernels as the high 32 bits of f64 weights ([`hi_words`]: a
+//!   bf16's bits shifted into place, which is the weight times 2^−896, exactly), so one
+//!   zero-masked 32-entry permute gives a step's eight f64 weights with no widening; their
+//!   inputs come scaled by 2^448 ([`input_scale`]) and the lanes run in units of 2^−448 for
+//!   the chunk, a power-of-two scaling that keeps every bit (the proof is at [`input_scale`]).
 //!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
 //! sees its steps in increasing order. For more input rows the same decode writes each step's
@@ -101,8 +108,9 @@ pub(super) fn supported() -> bool {
 /// or up to eight MXFP4 blocks), values rounded to bf16 first with `round_bf16`; `ahead` (bytes
 /// needed later, the next panel's share) is prefetched to L2 a part at a time along the way, so
 /// that no burst of prefetches waits on the memory system at once. `x` holds widened f32
-/// values and `lanes` zero or sums of such products times weights (as the GEMM makes them:
-/// MXFP4's scaled lanes rely on it). Panics if the CPU lacks a feature ([`supported`]) or an
+/// values multiplied by [`input_scale`] (a power of two, 1 for most kinds) and `lanes` zero or
+/// sums of such products times weights (as the GEMM makes them: the scaled lanes rely on it).
+/// Panics if the CPU lacks a feature ([`supported`]) or an
 /// operand is too short.
 pub(super) fn chunk(
     kind: DirectKind,
@@ -261,6 +269,25 @@ unsafe fn load_i32(v: &[i32; 16]) -> __m512i {
 unsafe fn load_u8(v: &[u8; 64]) -> __m512i {
     // SAFETY: 64 readable bytes.
     unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// The body of a kernel with a high-word route (Q3_K, Q4_K) for `R` rows and `ROUND`: the
+/// high-word route `$hi` for fused rounded chunks whose every row passes `$finite`, else the
+/// widened route `$widened`, inside lanes scaled to the inputs' units ([`input_scale`]) where
+/// the inputs came scaled.
+macro_rules! high_words_or_widened {
+    (($kind:expr, $finite:ident, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
+        if R == 0 || !ROUND {
+            $widened
+        } else if $rows.iter().all(|r| $finite(r)) {
+            $hi
+        } else {
+            let s = input_scale($kind, ROUND);
+            scale_lanes_in_memory::<R>($lanes, s);
+            $widened;
+            scale_lanes_in_memory::<R>($lanes, 1.0 / s);
+        }
+    }};
 }
 
 /// Two vectors of table values rounded to bf16 with `ROUND` (else as they are), still as f32.
@@ -873,13 +900,17 @@ unsafe fn q3k_sub_tables<const ROUND: bool>(
 /// 32-entry permute, built just before the sub-block's steps by [`q3k_sub_tables`], so they
 /// stay in registers), its code bytes (`qs` and `hmask`) transposed, then per sub-block the
 /// codes with the row bit 3 and the group bit 4, and per two steps a shift, one permute and
-/// the widening of its f32 values, the very f64 values a widened table holds.
+/// the widening of its f32 values, the very f64 values a widened table holds. With `HI`
+/// (`ROUND`, `R ≥ 1`, every `d` finite, the inputs scaled by [`input_scale`]) the tables are
+/// high words ([`hi_words`]), the code bytes laid out as [`Q4K_HI_TRANSPOSE`] does, a step is
+/// one shift and one zero-masked permute with no widening, and the lanes run in the inputs'
+/// units (2^−448) for the chunk.
 ///
 /// # Safety
 /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q3k<const R: usize, const ROUND: bool>(
+unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
@@ -895,7 +926,11 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         prefetch_part(ahead, 0, 1);
         let levels = q3k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
+        let transpose = load_u8(if HI {
+            &Q4K_HI_TRANSPOSE
+        } else {
+            &STEP_PAIR_TRANSPOSE
+        });
         let load_pair =
             |z: usize, at: usize| transposed_pair(rows[2 * z], rows[2 * z + 1], at, transpose);
         // Each pair's per-group `dl` by halves of the block ([`block_halves`]), in place (see
@@ -910,23 +945,38 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         let halves = halves.assume_init_ref();
         let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
         let mut acc = load_lanes::<R>(lanes);
+        if HI {
+            scale_lanes::<R>(
+                &mut acc,
+                &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
+            );
+        }
         let three = _mm512_set1_epi8(3);
         let four = _mm512_set1_epi8(4);
-        // Bit 3 of every code byte of the pair's second row (dword lanes `i % 8 ≥ 4`), bit 4
-        // of bytes 2 and 3 of every dword (steps 4..8 of a sub-block: its second group).
-        let second = _mm512_or_si512(
-            _mm512_maskz_set1_epi32(0xf0f0, 0x0808_0808),
-            _mm512_set1_epi32(0x1010_0000),
-        );
+        // Bit 3 of every code byte of the pair's second row (dword lanes `i % 8 ≥ 4`, or with
+        // `HI` qword lanes 4..8), bit 4 of bytes 2 and 3 of every dword (steps 4..8 of a
+        // sub-block: its second group).
+        let row_bit = if HI {
+            _mm512_maskz_set1_epi64(0xf0, 0x0808_0808_0808_0808)
+        } else {
+            _mm512_maskz_set1_epi32(0xf0f0, 0x0808_0808)
+        };
+        let second = _mm512_or_si512(row_bit, _mm512_set1_epi32(0x1010_0000));
         // Steps `2k`, `2k + 1` of sub-block `u0 / 8`: code byte `k` of each dword.
         macro_rules! two_steps {
             ($cs:ident, $t:ident, $u0:expr, $k:literal) => {{
                 let u = $u0 + 2 * $k;
                 let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
                 for z in 0..PAIRS {
-                    let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
                     let [ta, tb] = $t[z];
-                    let [w0, w1] = widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb));
+                    let [w0, w1] = if HI {
+                        let even = _mm512_srli_epi64::<{ 8 * $k }>($cs[z]);
+                        let odd = _mm512_slli_epi64::<{ 32 - 8 * $k }>($cs[z]);
+                        [hi_lookup(ta, even, tb), hi_lookup(ta, odd, tb)]
+                    } else {
+                        let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
+                        widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb))
+                    };
                     sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
                     sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
                 }
@@ -943,7 +993,15 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
                     let high = _mm512_ternarylogic_epi64::<0xEA>(high, four, second);
                     _mm512_ternarylogic_epi64::<0xEA>(low, three, high)
                 });
-                let t = q3k_sub_tables::<ROUND>(halves, 4 * $h + $s, levels);
+                let mut t = q3k_sub_tables::<ROUND>(halves, 4 * $h + $s, levels);
+                if HI {
+                    for t in t.iter_mut() {
+                        *t = [
+                            hi_words(_mm512_castps_si512(t[0])),
+                            hi_words(_mm512_castps_si512(t[1])),
+                        ];
+                    }
+                }
                 let u0 = 32 * $h + 8 * $s;
                 two_steps!(cs, t, u0, 0);
                 two_steps!(cs, t, u0, 1);
@@ -961,7 +1019,44 @@ unsafe fn q3k<const R: usize, const ROUND: bool>(
         sub_block!(qs1, 1, 1, 2, |m| _mm512_srli_epi64::<3>(m));
         sub_block!(qs1, 1, 2, 4, |m| _mm512_srli_epi64::<4>(m));
         sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
+        if HI {
+            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
+        }
         store_lanes(&acc, lanes);
+    }
+}
+
+/// Whether a Q3_K block's `d` is finite: then every value of the block is a finite f32, an
+/// exact multiple of 2^−24 below 2^23.
+#[inline(always)]
+fn q3k_finite(b: &[u8]) -> bool {
+    u16::from_le_bytes([b[108], b[109]]) & 0x7c00 != 0x7c00
+}
+
+/// Q3_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q3k_body` with
+/// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]; `dl·(q − 4)`
+/// is exact in f32, `dl = d·sc` having at most 17 significant bits and `q − 4` three, and at
+/// least 2^−24 where not zero), else widen with the lanes in the inputs' units for the chunk;
+/// the packed panel and unrounded matrices widen.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q3k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    (kcl, ahead): (usize, &[u8]),
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY: as the callees'.
+    unsafe {
+        high_words_or_widened!(
+            (DirectKind::Q3K, q3k_finite, rows, lanes),
+            q3k_body::<R, true, true>(rows, (kcl, ahead), x, x_stride, lanes),
+            q3k_body::<R, ROUND, false>(rows, (kcl, ahead), x, x_stride, lanes)
+        )
     }
 }
 
@@ -1255,7 +1350,7 @@ static STEP_PAIR_TRANSPOSE: [u8; 64] = {
     t
 };
 
-/// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `(d1, m1)`:
+/// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `d1` and `m1` (lane `g`):
 /// `d · sc` and `dmin · m` in f32, as the decoder computes them, the 6-bit scales and mins
 /// unpacked in registers as `kquants::scale_min_k4` does (groups 0..4: the low six bits of
 /// bytes 0..4 and 4..8; groups 4..8: a nibble of bytes 8..12 and the top two bits of bytes
@@ -1264,7 +1359,7 @@ static STEP_PAIR_TRANSPOSE: [u8; 64] = {
 /// # Safety
 /// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q4_K block.
 #[inline(always)]
-unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
+unsafe fn q4k_scale_vectors(b: &[u8]) -> (__m256, __m256) {
     debug_assert_eq!(b.len(), kquants::Q4_K_BLOCK_BYTES);
     // SAFETY (whole body): the scales are bytes 4..16 of the block, read by a masked load.
     unsafe {
@@ -1292,9 +1387,22 @@ unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
         ])));
         let d = _mm256_broadcastss_ps(dd);
         let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+        (_mm256_mul_ps(d, scf), _mm256_mul_ps(dmin, mf))
+    }
+}
+
+/// [`q4k_scale_vectors`] as scalars: each group's `(d1, m1)`.
+///
+/// # Safety
+/// As [`q4k_scale_vectors`].
+#[inline(always)]
+unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
+    // SAFETY (whole body): the caller's bound; the arrays hold eight f32.
+    unsafe {
+        let (vd, vm) = q4k_scale_vectors(b);
         let (mut d1, mut m1) = ([0f32; 8], [0f32; 8]);
-        _mm256_storeu_ps(d1.as_mut_ptr(), _mm256_mul_ps(d, scf));
-        _mm256_storeu_ps(m1.as_mut_ptr(), _mm256_mul_ps(dmin, mf));
+        _mm256_storeu_ps(d1.as_mut_ptr(), vd);
+        _mm256_storeu_ps(m1.as_mut_ptr(), vm);
         std::array::from_fn(|g| (d1[g], m1[g]))
     }
 }
@@ -1308,8 +1416,8 @@ unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
 /// # Safety
 /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q4k<const R: usize, const ROUND: bool>(
+#[inline(always)]
+unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
@@ -1378,6 +1486,339 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
                 two_steps!(3, 24);
             }
         }
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// The power of two (2^448) by which the fused kernels whose tables hold weights in
+/// [`hi_words`] form take their inputs: see [`input_scale`].
+const HI_INPUT_LOG2: i32 = 448;
+
+/// What the fused kernel of `kind` (for `mr ≥ 1` input rows, [`chunk`]) takes its inputs
+/// multiplied by: 2^448 for Q4_K and Q3_K matrices that round to bf16, whose tables hold each
+/// weight `w` as the f64 `w · 2^−896` ([`hi_words`]), so that a product is `x·w · 2^−448` and
+/// the lanes run in units of 2^−448 while the block is multiplied; 1 (the inputs as they are)
+/// for the others.
+///
+/// Scaling by a power of two commutes with every rounding of a normal f64 result, and nothing
+/// here leaves the normal range: an input is an f32 (at most 2^128 in magnitude, at least
+/// 2^−149 where not zero), so a scaled one lies within 2^299..2^576; a weight (a bf16 of such a
+/// block, rounded from an f32 that is an exact multiple of 2^−24 and below 2^27, see
+/// [`round_pair`]) within 2^−24..2^27, its table entry within 2^−920..2^−869; every product and
+/// every sum of them is a multiple of 2^−180 (an f32 input's unit times a bf16 weight's, at
+/// least 2^−24·2^−7), so a lane that is not zero is at least 2^−180 · 2^−448 = 2^−628, and at
+/// most 2^128 · 2^27 · 2^20 (k) · 2^−448, far inside f64's normal range either way; zeros keep
+/// their signs, and infinities and NaNs pass through multiplications by a power of two
+/// unchanged. The bits are therefore those of the unscaled sums.
+pub(super) fn input_scale(kind: DirectKind, round_bf16: bool) -> f64 {
+    if round_bf16 && matches!(kind, DirectKind::Q3K | DirectKind::Q4K) {
+        2f64.powi(HI_INPUT_LOG2)
+    } else {
+        1.0
+    }
+}
+
+/// Multiplies the `R·PANEL_STEP` lanes at `lanes` by `f` in place.
+///
+/// # Safety
+/// AVX-512F must be present and `lanes` must hold `R·PANEL_STEP` values.
+#[inline(always)]
+unsafe fn scale_lanes_in_memory<const R: usize>(lanes: *mut f64, f: f64) {
+    // SAFETY: the caller's bound.
+    unsafe {
+        let mut acc = load_lanes::<R>(lanes);
+        scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(f); PAIRS]);
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// Tables of f64 weights held by their high 32 bits (the low 32 are zero): sixteen bf16
+/// values (as the f32 bits of `F`, whose low 16 bits are zero), each as the high word of the
+/// f64 `w · 2^−896`: the sign at bit 31, the bf16's own 8-bit exponent field as the low 8
+/// bits of the f64's 11 (bits 20..28; bits 28..31 zero) and its 7 mantissa bits at 13..20,
+/// that is `F` shifted right by 3 with the sign kept (an arithmetic shift, then a mask).
+/// Exact for zeros (signed) and every normal value; a bf16 subnormal, infinity or NaN would
+/// come out wrong, and the callers make sure none occurs (`input_scale` says why a product of
+/// such a weight with a scaled input keeps the bits).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn hi_words(f: __m512i) -> __m512 {
+    _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_srai_epi32::<3>(f),
+        _mm512_set1_epi32(0x8fff_e000_u32 as i32),
+    ))
+}
+
+/// A pair's eight weights (as f64, [`hi_words`] form) from the 32 high words of both rows'
+/// tables `ta` (the first row's) and `tb`, each qword lane's index in bits 0..5 of its high
+/// dword: one two-source permute into the odd dwords, the even ones zeroed.
+///
+/// # Safety
+/// AVX-512F must be present.
+/// Written as the one instruction: the intrinsic compiles to an unmasked permute and an AND,
+/// one more vector instruction a step.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn hi_lookup(ta: __m512, idx: __m512i, tb: __m512) -> __m512d {
+    let mut r = idx;
+    // SAFETY: a register-only permute (AVX-512F, present per the caller); it reads and writes
+    // no memory and leaves the flags alone.
+    unsafe {
+        std::arch::asm!(
+            "vpermi2ps {r}{{{k}}}{{z}}, {ta}, {tb}",
+            r = inout(zmm_reg) r,
+            ta = in(zmm_reg) ta,
+            tb = in(zmm_reg) tb,
+            k = in(kreg) 0xaaaa_u16,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        _mm512_castsi512_pd(r)
+    }
+}
+
+/// Q4_K for the hi-word kernel: a pair's 32 code bytes of each row (the first row's in bytes
+/// 0..32) transposed so that qword lane `l` (column `4t + l % 4` of row `l / 4` at step `t`)
+/// holds in byte `4 + k` of its high dword the code byte of step `2k` and in byte `k` of its
+/// low dword that of step `2k + 1`: step `2k`'s index is a right shift by `8k` away, step
+/// `2k + 1`'s a left shift by `32 − 8k` (the permute reads bits 0..5 of the high dword; the
+/// bits above are later steps').
+static Q4K_HI_TRANSPOSE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut l = 0;
+    while l < 8 {
+        let mut k = 0;
+        while k < 4 {
+            let base = 32 * (l / 4) + 8 * k + l % 4;
+            t[8 * l + 4 + k] = base as u8;
+            t[8 * l + k] = (base + 4) as u8;
+            k += 1;
+        }
+        l += 1;
+    }
+    t
+};
+
+/// The codes' integers for a pair's interleaved tables ([`q4k_hi`]): lane `i` of vector `h`
+/// is code `8h + i / 2`.
+static Q4K_HI_LEVELS: [[f32; 16]; 2] = {
+    let mut t = [[0f32; 16]; 2];
+    let mut i = 0;
+    while i < 32 {
+        t[i / 16][i % 16] = (i / 2) as f32;
+        i += 1;
+    }
+    t
+};
+
+/// For a pair's Q4_K scale bytes (row `a`'s at 0..16 of a register, `b`'s at 16..32), the
+/// bytes each lane `i = 2g + r` (group `g`, row `r`) unpacks its 6-bit scale from
+/// ([`q4k_scale_vectors`]): byte 0 the low bits' source (`q[g]`, or `q[g + 4]` for `g ≥ 4`),
+/// byte 1 the top two bits' (`q[g − 4]`, `g ≥ 4`); `[1]` the same for the mins (`q[g + 4]`,
+/// and `q[g]` for `g ≥ 4`).
+static Q4K_SCALE_BYTES: [[u8; 64]; 2] = {
+    let mut t = [[0u8; 64]; 2];
+    let mut i = 0;
+    while i < 16 {
+        let (g, r) = (i / 2, i % 2);
+        let base = 16 * r;
+        if g < 4 {
+            t[0][4 * i] = (base + g) as u8;
+            t[1][4 * i] = (base + g + 4) as u8;
+        } else {
+            t[0][4 * i] = (base + g + 4) as u8;
+            t[0][4 * i + 1] = (base + g - 4) as u8;
+            t[1][4 * i] = (base + g + 4) as u8;
+            t[1][4 * i + 1] = (base + g) as u8;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// Both rows' `d1 = d · sc` and `−m1 = −(dmin · m)` of a Q4_K block pair, lane `2g + r` row
+/// `r`'s group `g`: the integers as [`q4k_scale_vectors`] unpacks them (`kquants::scale_min_k4`)
+/// and the same f32 products, for sixteen lanes at once.
+///
+/// # Safety
+/// AVX-512 F, BW, VBMI and F16C must be present; `a` and `b` must be whole Q4_K blocks.
+#[inline(always)]
+unsafe fn q4k_pair_scales(a: &[u8], b: &[u8]) -> (__m512, __m512) {
+    debug_assert!(a.len() == kquants::Q4_K_BLOCK_BYTES && b.len() == a.len());
+    // SAFETY (whole body): bytes 0..20 of each block are read; the statics hold 64 bytes.
+    unsafe {
+        let sa = _mm_loadu_si128(a.as_ptr().add(4).cast());
+        let sb = _mm_loadu_si128(b.as_ptr().add(4).cast());
+        let both = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(sa), sb);
+        let sc = _mm512_permutexvar_epi8(load_u8(&Q4K_SCALE_BYTES[0]), both);
+        let mn = _mm512_permutexvar_epi8(load_u8(&Q4K_SCALE_BYTES[1]), both);
+        // Groups 4..8 (lanes 8..16) take four low bits and the source's top two as bits 4, 5;
+        // groups 0..4 six low bits.
+        let low = _mm512_mask_set1_epi32(_mm512_set1_epi32(63), 0xff00, 15);
+        let top = _mm512_maskz_set1_epi32(0xff00, 0x30);
+        // A min of groups 4..8 is the high nibble of its byte.
+        let shift = _mm512_maskz_set1_epi32(0xff00, 4);
+        // No closures here: a closure has no target features (see `x_step`).
+        let scf = _mm512_cvtepi32_ps(_mm512_ternarylogic_epi32::<0xF8>(
+            _mm512_and_si512(sc, low),
+            _mm512_srli_epi32::<10>(sc),
+            top,
+        ));
+        let mf = _mm512_cvtepi32_ps(_mm512_ternarylogic_epi32::<0xF8>(
+            _mm512_and_si512(_mm512_srlv_epi32(mn, shift), low),
+            _mm512_srli_epi32::<10>(mn),
+            top,
+        ));
+        let halves = _mm_set_epi32(
+            0,
+            0,
+            i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            i32::from_le_bytes([a[0], a[1], a[2], a[3]]),
+        );
+        // [d_a, dmin_a, d_b, dmin_b].
+        let dd = _mm512_castps128_ps512(_mm_cvtph_ps(halves));
+        let d = _mm512_permutexvar_ps(_mm512_mask_set1_epi32(_mm512_set1_epi32(0), 0xaaaa, 2), dd);
+        let dmin =
+            _mm512_permutexvar_ps(_mm512_mask_set1_epi32(_mm512_set1_epi32(1), 0xaaaa, 3), dd);
+        (
+            _mm512_mul_ps(d, scf),
+            _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(dmin, mf)),
+                _mm512_set1_epi32(i32::MIN),
+            )),
+        )
+    }
+}
+
+/// Whether a Q4_K block's `d` and `dmin` are finite (neither exponent field all ones): then
+/// every value of the block is a finite f32, an exact multiple of 2^−24 below 2^27.
+#[inline(always)]
+fn q4k_finite(b: &[u8]) -> bool {
+    let f = |lo: u8, hi: u8| u16::from_le_bytes([lo, hi]) & 0x7c00 != 0x7c00;
+    f(b[0], b[1]) && f(b[2], b[3])
+}
+
+/// Q4_K chunk: the fused kernels of bf16-rounded matrices through [`q4k_hi`] where every row's
+/// scales are finite (their inputs scaled by [`input_scale`]), else [`q4k_widened`] with the
+/// lanes in the inputs' units for the chunk; the packed panel and unrounded matrices through
+/// [`q4k_widened`].
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
+/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
+unsafe fn q4k<const R: usize, const ROUND: bool>(
+    rows: &[&[u8]; NR],
+    (kcl, ahead): (usize, &[u8]),
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY: as the callees'.
+    unsafe {
+        high_words_or_widened!(
+            (DirectKind::Q4K, q4k_finite, rows, lanes),
+            q4k_hi::<R>(rows, ahead, x, x_stride, lanes),
+            q4k_widened::<R, ROUND>(rows, (kcl, ahead), x, x_stride, lanes)
+        )
+    }
+}
+
+/// Q4_K chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
+/// [`input_scale`]: per group, each pair's two tables of high words (both rows' sixteen
+/// values `d1·q − m1`, computed with the rows interleaved so that the bf16 words' even and
+/// odd halves are the two rows, [`hi_words`]), then per step one shift and one permute give
+/// the pair's eight f64 weights (scaled by 2^−896) with no widening, straight into the FMA.
+/// The lanes are scaled to the inputs' units (2^−448) once on the way in and back on the way
+/// out.
+///
+/// `d1·q` is exact in f32 (`d1 = d·sc` has at most 17 significant bits, `q` four), so
+/// `fma(d1, q, −m1)` rounds once where the decoder's `d1·q − m1` rounds once: the same f32.
+///
+/// # Safety
+/// As [`q4k`], with `R ≥ 1` and every row's scales finite ([`q4k_finite`]).
+#[inline(always)]
+unsafe fn q4k_hi<const R: usize>(
+    rows: &[&[u8]; NR],
+    ahead: &[u8],
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): as [`q4k`]'s; the scale arrays hold sixteen f32 a pair.
+    unsafe {
+        let transpose = load_u8(&Q4K_HI_TRANSPOSE);
+        let levels = [
+            _mm512_loadu_ps(Q4K_HI_LEVELS[0].as_ptr()),
+            _mm512_loadu_ps(Q4K_HI_LEVELS[1].as_ptr()),
+        ];
+        // Each pair's `[d1 of row a, d1 of row b]` of group `g` at 2g, 2g + 1, and the same
+        // for `−m1`.
+        let mut dp = [[0f32; 16]; PAIRS];
+        let mut mp = [[0f32; 16]; PAIRS];
+        for z in 0..PAIRS {
+            let (d, m) = q4k_pair_scales(rows[2 * z], rows[2 * z + 1]);
+            _mm512_storeu_ps(dp[z].as_mut_ptr(), d);
+            _mm512_storeu_ps(mp[z].as_mut_ptr(), m);
+        }
+        let nibbles = _mm512_set1_epi8(0x0f);
+        // Bit 4 of every code byte of the pair's second row (qword lanes 4..8): its table.
+        let second = _mm512_maskz_set1_epi64(0xf0, 0x1010_1010_1010_1010);
+        let mut acc = load_lanes::<R>(lanes);
+        let to_units = [_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS];
+        scale_lanes::<R>(&mut acc, &to_units);
+        for c in 0..4 {
+            let mut codes = [_mm512_setzero_si512(); PAIRS];
+            for (z, cz) in codes.iter_mut().enumerate() {
+                *cz = transposed_pair(rows[2 * z], rows[2 * z + 1], 16 + 32 * c, transpose);
+            }
+            for h in 0..2 {
+                let g = 2 * c + h;
+                prefetch_part(ahead, g, 8);
+                let mut tabs = [[_mm512_setzero_ps(); 2]; PAIRS];
+                let mut cs = [_mm512_setzero_si512(); PAIRS];
+                for z in 0..PAIRS {
+                    let d = _mm512_castpd_ps(_mm512_set1_pd(std::ptr::read_unaligned(
+                        dp[z].as_ptr().add(2 * g).cast::<f64>(),
+                    )));
+                    let m = _mm512_castpd_ps(_mm512_set1_pd(std::ptr::read_unaligned(
+                        mp[z].as_ptr().add(2 * g).cast::<f64>(),
+                    )));
+                    let words = bf16_words(
+                        _mm512_fmadd_ps(d, levels[0], m),
+                        _mm512_fmadd_ps(d, levels[1], m),
+                    );
+                    tabs[z] = [hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words)];
+                    let nib = if h == 0 {
+                        codes[z]
+                    } else {
+                        _mm512_srli_epi32::<4>(codes[z])
+                    };
+                    cs[z] = _mm512_ternarylogic_epi32::<0xEA>(nib, nibbles, second);
+                }
+                // Steps `2k` and `2k + 1` of the group.
+                macro_rules! two_steps {
+                    ($k:literal) => {{
+                        let u = 8 * g + 2 * $k;
+                        let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
+                        for z in 0..PAIRS {
+                            let [ta, tb] = tabs[z];
+                            let even = _mm512_srli_epi64::<{ 8 * $k }>(cs[z]);
+                            let odd = _mm512_slli_epi64::<{ 32 - 8 * $k }>(cs[z]);
+                            sink::<R>((u, z, hi_lookup(ta, even, tb)), &xv[0], &mut acc, lanes);
+                            sink::<R>((u + 1, z, hi_lookup(ta, odd, tb)), &xv[1], &mut acc, lanes);
+                        }
+                    }};
+                }
+                two_steps!(0);
+                two_steps!(1);
+                two_steps!(2);
+                two_steps!(3);
+            }
+        }
+        let from_units = [_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS];
+        scale_lanes::<R>(&mut acc, &from_units);
         store_lanes(&acc, lanes);
     }
 }
