@@ -189,7 +189,7 @@ fn run(
                 _ => iq2xxs::BLOCK_BYTES,
             };
             assert!(
-                kcl == KC && rows.iter().all(|r| r.len() == bb),
+                kcl == KC && all_rows(rows, |r| r.len() == bb),
                 "a K-quant or IQ2_XXS chunk is one block a row"
             )
         }
@@ -202,7 +202,7 @@ fn run(
             assert!(
                 kcl % MX_VALUES == 0
                     && kcl <= KC
-                    && rows.iter().all(|r| r.len() == kcl / MX_VALUES * bb),
+                    && all_rows(rows, |r| r.len() == kcl / MX_VALUES * bb),
                 "an MXFP4 or Q8_0 chunk is whole blocks"
             )
         }
@@ -235,6 +235,17 @@ fn run(
         (DirectKind::Q8_0, true) => by_rows!(q8, true),
         (DirectKind::Q8_0, false) => by_rows!(q8, false),
     }
+}
+
+/// Whether `f` holds for every row: a plain loop, where `Iterator::all`'s closure was left a
+/// call a chunk (some 3% of a fused kernel's time).
+#[inline(always)]
+fn all_rows(rows: &[&[u8]; NR], f: impl Fn(&[u8]) -> bool) -> bool {
+    let mut every = true;
+    for r in rows {
+        every &= f(r);
+    }
+    every
 }
 
 /// Part `i` of `n` of a chunk's `ahead` bytes, prefetched to L2 ([`chunk`]): a kernel calls it
@@ -279,7 +290,7 @@ macro_rules! high_words_or_widened {
     (($kind:expr, $finite:ident, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
         if R == 0 || !ROUND {
             $widened
-        } else if $rows.iter().all(|r| $finite(r)) {
+        } else if all_rows($rows, $finite) {
             $hi
         } else {
             let s = input_scale($kind, ROUND);
