@@ -184,7 +184,7 @@ fn run_job(
         path,
         x,
         xp: &xp,
-        xs: &xs,
+        xf: if xs.is_empty() { &xp } else { &xs },
         m,
         k,
         k4,
@@ -234,9 +234,9 @@ struct Job<'a> {
     path: KernelPath,
     x: &'a [f32],
     xp: &'a [f64],
-    /// `xp` scaled for a fused direct kernel that takes its inputs scaled (`fused_inputs`),
-    /// else empty.
-    xs: &'a [f64],
+    /// The inputs of the fused direct kernels: `xp`, or `xp` scaled where the kernel takes
+    /// them scaled (`fused_inputs`).
+    xf: &'a [f64],
     m: usize,
     k: usize,
     k4: usize,
@@ -478,12 +478,7 @@ impl Job<'_> {
             };
             if fused {
                 // m <= MR: the one block of rows, from row 0, scaled where the kernel wants.
-                let xp = if x86_direct::input_scale(kind, round) == 1.0 {
-                    self.xp
-                } else {
-                    self.xs
-                };
-                let x = (&xp[kc0 * m..], kcl);
+                let x = (&self.xf[kc0 * m..], kcl);
                 return x86_direct::chunk(kind, round, &rows, (kcl, ahead), rows_in.1, x, lanes);
             }
             crate::gguf::quant::rows::prefetch_to_l2(ahead);

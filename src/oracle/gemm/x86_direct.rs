@@ -913,7 +913,7 @@ unsafe fn q3k_sub_tables<const ROUND: bool>(
 /// codes with the row bit 3 and the group bit 4, and per two steps a shift, one permute and
 /// the widening of its f32 values, the very f64 values a widened table holds. With `HI`
 /// (`ROUND`, `R ≥ 1`, every `d` finite, the inputs scaled by [`input_scale`]) the tables are
-/// high words ([`hi_words`]), the code bytes laid out as [`Q4K_HI_TRANSPOSE`] does, a step is
+/// high words ([`hi_words`]), the code bytes laid out as [`HI_STEP_TRANSPOSE`] does, a step is
 /// one shift and one zero-masked permute with no widening, and the lanes run in the inputs'
 /// units (2^−448) for the chunk.
 ///
@@ -938,7 +938,7 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
         let levels = q3k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(if HI {
-            &Q4K_HI_TRANSPOSE
+            &HI_STEP_TRANSPOSE
         } else {
             &STEP_PAIR_TRANSPOSE
         });
@@ -981,9 +981,7 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
                 for z in 0..PAIRS {
                     let [ta, tb] = $t[z];
                     let [w0, w1] = if HI {
-                        let even = _mm512_srli_epi64::<{ 8 * $k }>($cs[z]);
-                        let odd = _mm512_slli_epi64::<{ 32 - 8 * $k }>($cs[z]);
-                        [hi_lookup(ta, even, tb), hi_lookup(ta, odd, tb)]
+                        hi_step_pair::<{ 8 * $k }, { 32 - 8 * $k }>(ta, $cs[z], tb)
                     } else {
                         let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
                         widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb))
@@ -1361,63 +1359,6 @@ static STEP_PAIR_TRANSPOSE: [u8; 64] = {
     t
 };
 
-/// One Q4_K row block's `d` and `dmin` (F16C) and its eight groups' `d1` and `m1` (lane `g`):
-/// `d · sc` and `dmin · m` in f32, as the decoder computes them, the 6-bit scales and mins
-/// unpacked in registers as `kquants::scale_min_k4` does (groups 0..4: the low six bits of
-/// bytes 0..4 and 4..8; groups 4..8: a nibble of bytes 8..12 and the top two bits of bytes
-/// 0..4 and 4..8).
-///
-/// # Safety
-/// AVX-512 F, BW and VL and F16C must be present; `b` must be a whole Q4_K block.
-#[inline(always)]
-unsafe fn q4k_scale_vectors(b: &[u8]) -> (__m256, __m256) {
-    debug_assert_eq!(b.len(), kquants::Q4_K_BLOCK_BYTES);
-    // SAFETY (whole body): the scales are bytes 4..16 of the block, read by a masked load.
-    unsafe {
-        let s = _mm_maskz_loadu_epi8(0x0fff, b.as_ptr().add(4).cast());
-        // Bytes 0..8: the scales' sources, 8..16: the mins'.
-        let p = _mm_shuffle_epi8(
-            s,
-            _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
-        );
-        let q = _mm_shuffle_epi8(
-            s,
-            _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
-        );
-        // The top two bits of `q` as bits 4, 5.
-        let top = _mm_and_si128(_mm_srli_epi16::<2>(q), _mm_set1_epi8(0x30));
-        let nib = _mm_set1_epi8(0x0f);
-        let six = _mm_and_si128(p, _mm_set1_epi8(63));
-        let sc_hi = _mm_or_si128(_mm_and_si128(p, nib), top);
-        let m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16::<4>(p), nib), top);
-        let v = _mm_mask_blend_epi8(0xf000, _mm_mask_blend_epi8(0x00f0, six, sc_hi), m_hi);
-        let scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-        let mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)));
-        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
-            b[0], b[1], b[2], b[3],
-        ])));
-        let d = _mm256_broadcastss_ps(dd);
-        let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
-        (_mm256_mul_ps(d, scf), _mm256_mul_ps(dmin, mf))
-    }
-}
-
-/// [`q4k_scale_vectors`] as scalars: each group's `(d1, m1)`.
-///
-/// # Safety
-/// As [`q4k_scale_vectors`].
-#[inline(always)]
-unsafe fn q4k_scales(b: &[u8]) -> [(f32, f32); 8] {
-    // SAFETY (whole body): the caller's bound; the arrays hold eight f32.
-    unsafe {
-        let (vd, vm) = q4k_scale_vectors(b);
-        let (mut d1, mut m1) = ([0f32; 8], [0f32; 8]);
-        _mm256_storeu_ps(d1.as_mut_ptr(), vd);
-        _mm256_storeu_ps(m1.as_mut_ptr(), vm);
-        std::array::from_fn(|g| (d1[g], m1[g]))
-    }
-}
-
 /// Q4_K chunk (one block a row): per 32 columns (a group: the low or high nibbles of 32
 /// bytes), each pair's two f32 tables (both rows' sixteen values), then the steps two at a
 /// time: a shift and a mask bring both steps' nibbles and the row bit 4 into dword lanes, one
@@ -1442,11 +1383,8 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
         let levels = q4k_levels();
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&STEP_PAIR_TRANSPOSE);
-        // Loops, not `array::from_fn` closures (see `x_step`).
-        let mut scales = [[(0f32, 0f32); 8]; NR];
-        for (s, row) in scales.iter_mut().zip(rows) {
-            *s = q4k_scales(row);
-        }
+        let (mut dp, mut mp) = ([[0f32; 16]; PAIRS], [[0f32; 16]; PAIRS]);
+        q4k_scale_arrays(rows, &mut dp, &mut mp);
         let nibbles = _mm512_set1_epi8(0x0f);
         // Bit 4 of every code byte of the dword lanes of the pair's second row (`i % 8 ≥ 4`):
         // its table.
@@ -1461,8 +1399,13 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
                 let g = 2 * c + h;
                 prefetch_part(ahead, g, 8);
                 let mut tabs = [[_mm512_setzero_ps(); 2]; PAIRS];
-                for (t, s) in tabs.iter_mut().zip(scales.chunks_exact(2)) {
-                    *t = q4k_tables::<ROUND>(levels, s[0][g], s[1][g]);
+                for (z, t) in tabs.iter_mut().enumerate() {
+                    let (d, m) = (&dp[z], &mp[z]);
+                    *t = q4k_tables::<ROUND>(
+                        levels,
+                        (d[2 * g], m[2 * g]),
+                        (d[2 * g + 1], m[2 * g + 1]),
+                    );
                 }
                 // The group's nibble of every code byte with the row bit 4, once: a step
                 // pair's indices are then byte `k` of each dword, brought down by a shift
@@ -1589,13 +1532,34 @@ unsafe fn hi_lookup(ta: __m512, idx: __m512i, tb: __m512) -> __m512d {
     }
 }
 
-/// Q4_K for the hi-word kernel: a pair's 32 code bytes of each row (the first row's in bytes
+/// Steps `2k` and `2k + 1` of a pair's weights from its high-word tables ([`hi_lookup`]) and
+/// codes `cs` laid out as [`HI_STEP_TRANSPOSE`] does: step `2k`'s indices `cs` shifted right by
+/// `SR = 8k`, step `2k + 1`'s shifted left by `SL = 32 − 8k`.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn hi_step_pair<const SR: u32, const SL: u32>(
+    ta: __m512,
+    cs: __m512i,
+    tb: __m512,
+) -> [__m512d; 2] {
+    // SAFETY: the feature is present.
+    unsafe {
+        [
+            hi_lookup(ta, _mm512_srli_epi64::<SR>(cs), tb),
+            hi_lookup(ta, _mm512_slli_epi64::<SL>(cs), tb),
+        ]
+    }
+}
+
+/// Q3_K and Q4_K for the high-word kernels: a pair's 32 code bytes of each row (the first row's in bytes
 /// 0..32) transposed so that qword lane `l` (column `4t + l % 4` of row `l / 4` at step `t`)
 /// holds in byte `4 + k` of its high dword the code byte of step `2k` and in byte `k` of its
 /// low dword that of step `2k + 1`: step `2k`'s index is a right shift by `8k` away, step
 /// `2k + 1`'s a left shift by `32 − 8k` (the permute reads bits 0..5 of the high dword; the
 /// bits above are later steps').
-static Q4K_HI_TRANSPOSE: [u8; 64] = {
+static HI_STEP_TRANSPOSE: [u8; 64] = {
     let mut t = [0u8; 64];
     let mut l = 0;
     while l < 8 {
@@ -1625,7 +1589,7 @@ static Q4K_HI_LEVELS: [[f32; 16]; 2] = {
 
 /// For a pair's Q4_K scale bytes (row `a`'s at 0..16 of a register, `b`'s at 16..32), the
 /// bytes each lane `i = 2g + r` (group `g`, row `r`) unpacks its 6-bit scale from
-/// ([`q4k_scale_vectors`]): byte 0 the low bits' source (`q[g]`, or `q[g + 4]` for `g ≥ 4`),
+/// ([`q4k_pair_scales`]): byte 0 the low bits' source (`q[g]`, or `q[g + 4]` for `g ≥ 4`),
 /// byte 1 the top two bits' (`q[g − 4]`, `g ≥ 4`); `[1]` the same for the mins (`q[g + 4]`,
 /// and `q[g]` for `g ≥ 4`).
 static Q4K_SCALE_BYTES: [[u8; 64]; 2] = {
@@ -1648,9 +1612,11 @@ static Q4K_SCALE_BYTES: [[u8; 64]; 2] = {
     t
 };
 
-/// Both rows' `d1 = d · sc` and `−m1 = −(dmin · m)` of a Q4_K block pair, lane `2g + r` row
-/// `r`'s group `g`: the integers as [`q4k_scale_vectors`] unpacks them (`kquants::scale_min_k4`)
-/// and the same f32 products, for sixteen lanes at once.
+/// Both rows' `d1 = d · sc` and `m1 = dmin · m` of a Q4_K block pair (`d`, `dmin` by F16C),
+/// lane `2g + r` row `r`'s group `g`, in f32 as the decoder computes them: the 6-bit scales
+/// and mins unpacked as `kquants::scale_min_k4` does (groups 0..4: the low six bits of bytes
+/// 0..4 and 4..8; groups 4..8: a nibble of bytes 8..12 and the top two bits of bytes 0..4 and
+/// 4..8), sixteen lanes at once.
 ///
 /// # Safety
 /// AVX-512 F, BW, VBMI and F16C must be present; `a` and `b` must be whole Q4_K blocks.
@@ -1692,13 +1658,29 @@ unsafe fn q4k_pair_scales(a: &[u8], b: &[u8]) -> (__m512, __m512) {
         let d = _mm512_permutexvar_ps(_mm512_mask_set1_epi32(_mm512_set1_epi32(0), 0xaaaa, 2), dd);
         let dmin =
             _mm512_permutexvar_ps(_mm512_mask_set1_epi32(_mm512_set1_epi32(1), 0xaaaa, 3), dd);
-        (
-            _mm512_mul_ps(d, scf),
-            _mm512_castsi512_ps(_mm512_xor_si512(
-                _mm512_castps_si512(_mm512_mul_ps(dmin, mf)),
-                _mm512_set1_epi32(i32::MIN),
-            )),
-        )
+        (_mm512_mul_ps(d, scf), _mm512_mul_ps(dmin, mf))
+    }
+}
+
+/// Every pair's [`q4k_pair_scales`] into `dp` and `mp`: `d1` of group `g` at `2g` (the first
+/// row) and `2g + 1`, and the same for `m1` (written in place: returning the arrays by value
+/// cost Q4_K's fused kernel 3%).
+///
+/// # Safety
+/// As [`q4k_pair_scales`], for every row.
+#[inline(always)]
+unsafe fn q4k_scale_arrays(
+    rows: &[&[u8]; NR],
+    dp: &mut [[f32; 16]; PAIRS],
+    mp: &mut [[f32; 16]; PAIRS],
+) {
+    // SAFETY: the caller's bound; each array holds sixteen f32.
+    unsafe {
+        for z in 0..PAIRS {
+            let (d, m) = q4k_pair_scales(rows[2 * z], rows[2 * z + 1]);
+            _mm512_storeu_ps(dp[z].as_mut_ptr(), d);
+            _mm512_storeu_ps(mp[z].as_mut_ptr(), m);
+        }
     }
 }
 
@@ -1745,7 +1727,7 @@ unsafe fn q4k<const R: usize, const ROUND: bool>(
 /// out.
 ///
 /// `d1·q` is exact in f32 (`d1 = d·sc` has at most 17 significant bits, `q` four), so
-/// `fma(d1, q, −m1)` rounds once where the decoder's `d1·q − m1` rounds once: the same f32.
+/// `fmsub(d1, q, m1)` rounds once where the decoder's `d1·q − m1` rounds once: the same f32.
 ///
 /// # Safety
 /// As [`q4k`], with `R ≥ 1` and every row's scales finite ([`q4k_finite`]).
@@ -1759,20 +1741,15 @@ unsafe fn q4k_hi<const R: usize>(
 ) {
     // SAFETY (whole body): as [`q4k`]'s; the scale arrays hold sixteen f32 a pair.
     unsafe {
-        let transpose = load_u8(&Q4K_HI_TRANSPOSE);
+        let transpose = load_u8(&HI_STEP_TRANSPOSE);
         let levels = [
             _mm512_loadu_ps(Q4K_HI_LEVELS[0].as_ptr()),
             _mm512_loadu_ps(Q4K_HI_LEVELS[1].as_ptr()),
         ];
         // Each pair's `[d1 of row a, d1 of row b]` of group `g` at 2g, 2g + 1, and the same
-        // for `−m1`.
-        let mut dp = [[0f32; 16]; PAIRS];
-        let mut mp = [[0f32; 16]; PAIRS];
-        for z in 0..PAIRS {
-            let (d, m) = q4k_pair_scales(rows[2 * z], rows[2 * z + 1]);
-            _mm512_storeu_ps(dp[z].as_mut_ptr(), d);
-            _mm512_storeu_ps(mp[z].as_mut_ptr(), m);
-        }
+        // for `m1`.
+        let (mut dp, mut mp) = ([[0f32; 16]; PAIRS], [[0f32; 16]; PAIRS]);
+        q4k_scale_arrays(rows, &mut dp, &mut mp);
         let nibbles = _mm512_set1_epi8(0x0f);
         // Bit 4 of every code byte of the pair's second row (qword lanes 4..8): its table.
         let second = _mm512_maskz_set1_epi64(0xf0, 0x1010_1010_1010_1010);
@@ -1797,8 +1774,8 @@ unsafe fn q4k_hi<const R: usize>(
                         mp[z].as_ptr().add(2 * g).cast::<f64>(),
                     )));
                     let words = bf16_words(
-                        _mm512_fmadd_ps(d, levels[0], m),
-                        _mm512_fmadd_ps(d, levels[1], m),
+                        _mm512_fmsub_ps(d, levels[0], m),
+                        _mm512_fmsub_ps(d, levels[1], m),
                     );
                     tabs[z] = [hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words)];
                     let nib = if h == 0 {
@@ -1815,10 +1792,10 @@ unsafe fn q4k_hi<const R: usize>(
                         let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
                         for z in 0..PAIRS {
                             let [ta, tb] = tabs[z];
-                            let even = _mm512_srli_epi64::<{ 8 * $k }>(cs[z]);
-                            let odd = _mm512_slli_epi64::<{ 32 - 8 * $k }>(cs[z]);
-                            sink::<R>((u, z, hi_lookup(ta, even, tb)), &xv[0], &mut acc, lanes);
-                            sink::<R>((u + 1, z, hi_lookup(ta, odd, tb)), &xv[1], &mut acc, lanes);
+                            let [w0, w1] =
+                                hi_step_pair::<{ 8 * $k }, { 32 - 8 * $k }>(ta, cs[z], tb);
+                            sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
+                            sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
                         }
                     }};
                 }
