@@ -732,6 +732,15 @@ mod tests {
         });
     }
 
+    /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for IQ2_XXS's `d` (the same edges).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn iq2xxs_high_words_keep_the_bits_at_the_extremes() {
+        high_words_at_the_extremes(GgmlType::Iq2Xxs, |b, (d, _)| {
+            b[0..2].copy_from_slice(&d.to_le_bytes());
+        });
+    }
+
     /// The high-word kernel of `ty` against the definition, chunk `c > 0`'s every block given
     /// the f16 scale pair `(d, dmin)` number `c − 1` by `put`, and one row of chunk 5 an
     /// infinite `d`.
@@ -802,7 +811,9 @@ mod tests {
     /// side by side in both orders and everything between, inputs at f32's largest and
     /// smallest (subnormal) magnitudes, signed zeros into a negative-zero lane, infinities and
     /// a NaN, magnitudes from 2^−100 to 2^100 that round at every step, whole and ragged
-    /// chunks, 1 to `MR` input rows.
+    /// chunks, 1 to `MR` input rows; and the same with some blocks' exponents at 253..256
+    /// (the rows' own tables) amid the others, so that chunks go from scaled lanes to plain
+    /// ones and back.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn mxfp4_scaled_lanes_keep_the_bits_at_the_extremes() {
@@ -816,13 +827,14 @@ mod tests {
         let dk = DirectKind::of(ty).expect("direct kind");
         let (_, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
         let cols = 8 * KC;
-        for round in [false, true] {
+        for (round, big) in [(false, false), (true, false), (false, true), (true, true)] {
             let base = matrix(ty, NR, cols, round);
             let mut all: Vec<u8> = (0..NR)
                 .flat_map(|q| base.blocks(q, 0, cols).to_vec())
                 .collect();
             for (i, b) in all.chunks_exact_mut(bb).enumerate() {
                 b[0] = match i % 6 {
+                    _ if big && i % 23 == 9 => 253 + (i % 3) as u8,
                     0 | 3 => 0,
                     1 | 2 => 252,
                     _ => (i * 7 % 253) as u8,
@@ -846,7 +858,7 @@ mod tests {
                             assert_eq!(
                                 a.to_bits(),
                                 b.to_bits(),
-                                "round {round} chunk {kc0} kcl {kcl} rows {mr} lane {i}: {a:e} vs {b:e}"
+                                "round {round} big {big} chunk {kc0} kcl {kcl} rows {mr} lane {i}: {a:e} vs {b:e}"
                             );
                         }
                     }

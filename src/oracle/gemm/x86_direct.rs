@@ -301,6 +301,32 @@ macro_rules! high_words_or_widened {
     }};
 }
 
+/// A kernel `$name::<R, ROUND>` (with `$features`) that takes the high-word route `$hi::<R>`
+/// (rows, ahead, x, x_stride, lanes) or the widened one `$widened::<R, ROUND>` (as `run`'s
+/// operands) by [`high_words_or_widened!`].
+macro_rules! high_words_or_widened_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:ident), ($hi:ident, $widened:ident)) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize, const ROUND: bool>(
+            rows: &[&[u8]; NR],
+            (kcl, ahead): (usize, &[u8]),
+            x: *const f64,
+            x_stride: usize,
+            lanes: *mut f64,
+        ) {
+            // SAFETY: as the callees'.
+            unsafe {
+                high_words_or_widened!(
+                    ($kind, $finite, rows, lanes),
+                    $hi::<R>(rows, ahead, x, x_stride, lanes),
+                    $widened::<R, ROUND>(rows, (kcl, ahead), x, x_stride, lanes)
+                )
+            }
+        }
+    };
+}
+
 /// Two vectors of table values rounded to bf16 with `ROUND` (else as they are), still as f32.
 ///
 /// The rounding is `vcvtne2ps2bf16`: nearest even, a NaN quieted and truncated, exactly
@@ -1195,6 +1221,55 @@ unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
     }
 }
 
+/// Each pair's scales ([`iq2_scales`]) and both rows' level and sign bytes ([`iq2_codes`]),
+/// written in place (not into zeroed arrays: see `q2k`).
+///
+/// # Safety
+/// AVX-512 F, BW, DQ and VBMI and F16C must be present; every row a whole IQ2_XXS block.
+#[inline(always)]
+unsafe fn iq2_pairs(
+    rows: &[&[u8]; NR],
+    scales: &mut MaybeUninit<[__m512; PAIRS]>,
+    codes: &mut MaybeUninit<[[[__m512i; 2]; 2]; PAIRS]>,
+) {
+    let (sp, cp) = (scales.as_mut_ptr(), codes.as_mut_ptr());
+    // SAFETY: the caller's features and blocks; every element of both arrays is written.
+    unsafe {
+        for z in 0..PAIRS {
+            let (a, b) = (rows[2 * z], rows[2 * z + 1]);
+            (*sp)[z] = iq2_scales(a, b);
+            (*cp)[z] = [iq2_codes(a), iq2_codes(b)];
+        }
+    }
+}
+
+/// Every pair's lane code bytes of group `g` from [`iq2_pairs`]'s `codes`: lane `l`'s level
+/// bits `2j..2j + 2` of the grid byte, sign bit `j` of the nibble (`j = l mod 4`), the row bit
+/// 3 (the pair's second row takes entries 8..16). A loop, not a closure (see `x_step`).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn iq2_lane_codes(codes: &[[[__m512i; 2]; 2]; PAIRS], g: usize) -> [__m512i; PAIRS] {
+    let level_shift = _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0);
+    // Bit `j` of a lane's sign nibble (its column `4t + j`) to bit 2.
+    let sign_rotate = _mm512_set_epi64(63, 0, 1, 2, 63, 0, 1, 2);
+    let three = _mm512_set1_epi8(3);
+    let seven = _mm512_set1_epi8(7);
+    let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
+    // Lanes 0..4 take the first row's qword `g`, 4..8 the second's.
+    let pick = _mm512_mask_set1_epi64(_mm512_set1_epi64(g as i64), 0xf0, 8 + g as i64);
+    let mut cs = [_mm512_setzero_si512(); PAIRS];
+    for (z, c) in cs.iter_mut().enumerate() {
+        let [[ea, fa], [eb, fb]] = codes[z];
+        let e = _mm512_srlv_epi64(_mm512_permutex2var_epi64(ea, pick, eb), level_shift);
+        let f = _mm512_rolv_epi64(_mm512_permutex2var_epi64(fa, pick, fb), sign_rotate);
+        let l = _mm512_ternarylogic_epi64::<0xE4>(e, f, three);
+        *c = _mm512_ternarylogic_epi64::<0xEA>(l, seven, second);
+    }
+    cs
+}
+
 /// IQ2_XXS chunk (one block a row): each pair's scales and its level and sign bytes
 /// ([`iq2_codes`]), then per group every pair's table (`±db · level` for the eight codes
 /// `level | sign << 2` of both rows, one permute's two tables, rounded to bf16 where the
@@ -1205,8 +1280,8 @@ unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
 /// # Safety
 /// AVX-512 F, BW, DQ, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c")]
-unsafe fn iq2<const R: usize, const ROUND: bool>(
+#[inline(always)]
+unsafe fn iq2_widened<const R: usize, const ROUND: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
@@ -1224,26 +1299,12 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
         // Lane `i` of a pair's table vector takes row `i % 2`'s scale (`ROUND`), or row
         // `i / 8`'s.
         let row_lanes = if ROUND { 0xaaaa } else { 0xff00 };
-        // In place, not into zeroed arrays (see `q2k`): each pair's scales and code bytes; the
-        // tables are built group by group, just before the group's steps, in registers.
-        let mut scales = MaybeUninit::<[__m512; PAIRS]>::uninit();
-        let mut codes = MaybeUninit::<[[[__m512i; 2]; 2]; PAIRS]>::uninit();
-        let (sp, cp) = (scales.as_mut_ptr(), codes.as_mut_ptr());
-        for z in 0..PAIRS {
-            let (a, b) = (rows[2 * z], rows[2 * z + 1]);
-            (*sp)[z] = iq2_scales(a, b);
-            (*cp)[z] = [iq2_codes(a), iq2_codes(b)];
-        }
-        // Every scale and code register was written above.
+        // The tables are built group by group, just before the group's steps, in registers.
+        let (mut scales, mut codes) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        iq2_pairs(rows, &mut scales, &mut codes);
+        // Every scale and code register was written.
         let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
-        let level_shift = _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0);
-        // Bit `j` of a lane's sign nibble (its column `4t + j`) to bit 2.
-        let sign_rotate = _mm512_set_epi64(63, 0, 1, 2, 63, 0, 1, 2);
-        let three = _mm512_set1_epi8(3);
-        let seven = _mm512_set1_epi8(7);
-        // Bit 3 of every code byte of the pair's second row: its table is the second.
-        let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0808_0808_0808_0808);
         let mut tabs = [[_mm512_setzero_pd(); 2]; PAIRS];
         macro_rules! step {
             ($cs:ident, $u:expr, $sh:literal) => {
@@ -1265,19 +1326,115 @@ unsafe fn iq2<const R: usize, const ROUND: bool>(
                 }
                 [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
             }
-            // Lanes 0..4 take the first row's qword `g`, 4..8 the second's.
-            let pick = _mm512_mask_set1_epi64(_mm512_set1_epi64(g as i64), 0xf0, 8 + g as i64);
-            // Lane `l`'s code bytes of group `g`: level bits `2j..2j + 2` of the grid byte,
-            // sign bit `j` of the nibble (`j = l mod 4`), the row bit.
-            let cs: [__m512i; PAIRS] = std::array::from_fn(|z| {
-                let [[ea, fa], [eb, fb]] = codes[z];
-                let e = _mm512_srlv_epi64(_mm512_permutex2var_epi64(ea, pick, eb), level_shift);
-                let f = _mm512_rolv_epi64(_mm512_permutex2var_epi64(fa, pick, fb), sign_rotate);
-                let c = _mm512_ternarylogic_epi64::<0xE4>(e, f, three);
-                _mm512_ternarylogic_epi64::<0xEA>(c, seven, second)
-            });
+            let cs = iq2_lane_codes(codes, g);
             eight_steps!(step, cs, 8 * g);
         }
+        store_lanes(&acc, lanes);
+    }
+}
+
+high_words_or_widened_kernel!(
+    /// IQ2_XXS chunk: the fused kernels of bf16-rounded matrices through [`iq2_hi`] where every
+    /// row's `d` is finite (their inputs scaled by [`input_scale`]), else [`iq2_widened`] with
+    /// the lanes in the inputs' units for the chunk; the packed panel and unrounded matrices
+    /// through [`iq2_widened`].
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, DQ, VBMI, BF16 and F16C must be present; the operands as [`run`]
+    /// describes them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not
+    /// read).
+    iq2,
+    "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c",
+    (DirectKind::Iq2Xxs, iq2_finite),
+    (iq2_hi, iq2_widened)
+);
+
+/// Whether an IQ2_XXS block's `d` is finite (its exponent field not all ones): then every
+/// value of the block is zero or a normal f32 within 2^−24..2^24 (`d` at least 2^−24 where
+/// not zero, `(0.5 + ls) · 0.25` at least 1/8, a level at least 8; at most 65504 · 3.875 · 43).
+#[inline(always)]
+fn iq2_finite(b: &[u8]) -> bool {
+    u16::from_le_bytes([b[0], b[1]]) & 0x7c00 != 0x7c00
+}
+
+/// IQ2_XXS chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
+/// [`input_scale`]: as [`iq2_widened`], but each pair's table is its sixteen values (both
+/// rows' eight codes) as high words ([`hi_words`]), so a step's weights are one single-source
+/// permute ([`hi_lookup16`]) with no widening, and the lanes run in units of 2^−448 for the
+/// chunk.
+///
+/// # Safety
+/// As [`iq2`], with `R ≥ 1` and every row's `d` finite ([`iq2_finite`]).
+#[inline(always)]
+unsafe fn iq2_hi<const R: usize>(
+    rows: &[&[u8]; NR],
+    ahead: &[u8],
+    x: *const f64,
+    x_stride: usize,
+    lanes: *mut f64,
+) {
+    // SAFETY (whole body): as [`iq2_widened`]'s.
+    unsafe {
+        let levels = iq2_levels::<true>();
+        let levels = _mm512_loadu_ps(levels.as_ptr());
+        let (mut scales, mut codes) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        iq2_pairs(rows, &mut scales, &mut codes);
+        // Every scale and code register was written.
+        let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
+        let mut acc = load_lanes::<R>(lanes);
+        scale_lanes::<R>(
+            &mut acc,
+            &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
+        );
+        let mut tabs = [_mm512_setzero_ps(); PAIRS];
+        for g in 0..8 {
+            prefetch_part(ahead, g, 8);
+            // Two pairs' tables at a time, the rows interleaved (lane `2c + r`, as
+            // `iq2_widened` lays them out to round): rounded together, the words' low halves
+            // are the first rows' values and the high halves the second rows', as high words;
+            // then each pair's sixteen (the first row's codes, then the second's) by one
+            // 128-bit shuffle.
+            let sel = _mm512_mask_set1_epi32(_mm512_set1_epi32(g as i32), 0xaaaa, 8 + g as i32);
+            for zz in 0..PAIRS / 2 {
+                let mut v = [_mm512_setzero_ps(); 2];
+                for (k, v) in v.iter_mut().enumerate() {
+                    let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, scales[2 * zz + k]), levels);
+                    *v = iq2_negate(0xff00, mag);
+                }
+                let words = bf16_words(v[0], v[1]);
+                let (first, second_rows) =
+                    (hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words));
+                tabs[2 * zz] = _mm512_shuffle_f32x4::<0x44>(first, second_rows);
+                tabs[2 * zz + 1] = _mm512_shuffle_f32x4::<0xee>(first, second_rows);
+            }
+            let cs = iq2_lane_codes(codes, g);
+            // Step `t`'s code byte (byte `t` of each qword) to bits 32..40: a shift by the
+            // distance, left or right (both counts below 256 either way; see `mx_high_index!`).
+            macro_rules! step {
+                ($t:literal) => {{
+                    let u = 8 * g + $t;
+                    let xv = x_step::<R>(x, x_stride, u);
+                    for z in 0..PAIRS {
+                        const AT: u32 = 8 * $t;
+                        let idx = if AT >= 32 {
+                            _mm512_srli_epi64::<{ (AT + 224) % 256 }>(cs[z])
+                        } else {
+                            _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>(cs[z])
+                        };
+                        sink::<R>((u, z, hi_lookup16(idx, tabs[z])), &xv, &mut acc, lanes);
+                    }
+                }};
+            }
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            step!(4);
+            step!(5);
+            step!(6);
+            step!(7);
+        }
+        scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
         store_lanes(&acc, lanes);
     }
 }
@@ -1449,7 +1606,7 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
 const HI_INPUT_LOG2: i32 = 448;
 
 /// What the fused kernel of `kind` (for `mr ≥ 1` input rows, [`chunk`]) takes its inputs
-/// multiplied by: 2^448 for Q4_K and Q3_K matrices that round to bf16, whose tables hold each
+/// multiplied by: 2^448 for Q4_K, Q3_K and IQ2_XXS matrices that round to bf16, whose tables hold each
 /// weight `w` as the f64 `w · 2^−896` ([`hi_words`]), so that a product is `x·w · 2^−448` and
 /// the lanes run in units of 2^−448 while the block is multiplied; 1 (the inputs as they are)
 /// for the others.
@@ -1457,15 +1614,16 @@ const HI_INPUT_LOG2: i32 = 448;
 /// Scaling by a power of two commutes with every rounding of a normal f64 result, and nothing
 /// here leaves the normal range: an input is an f32 (at most 2^128 in magnitude, at least
 /// 2^−149 where not zero), so a scaled one lies within 2^299..2^576; a weight (a bf16 of such a
-/// block, rounded from an f32 that is an exact multiple of 2^−24 and below 2^27, see
-/// [`round_pair`]) within 2^−24..2^27, its table entry within 2^−920..2^−869; every product and
+/// block, rounded from an f32 that is zero or within 2^−24..2^27: an exact multiple of 2^−24
+/// for the K-quants, see [`round_pair`], and for IQ2_XXS see [`iq2_finite`]) within
+/// 2^−24..2^27, its table entry within 2^−920..2^−869; every product and
 /// every sum of them is a multiple of 2^−180 (an f32 input's unit times a bf16 weight's, at
 /// least 2^−24·2^−7), so a lane that is not zero is at least 2^−180 · 2^−448 = 2^−628, and at
 /// most 2^128 · 2^27 · 2^20 (k) · 2^−448, far inside f64's normal range either way; zeros keep
 /// their signs, and infinities and NaNs pass through multiplications by a power of two
 /// unchanged. The bits are therefore those of the unscaled sums.
 pub(super) fn input_scale(kind: DirectKind, round_bf16: bool) -> f64 {
-    if round_bf16 && matches!(kind, DirectKind::Q3K | DirectKind::Q4K) {
+    if round_bf16 && matches!(kind, DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs) {
         2f64.powi(HI_INPUT_LOG2)
     } else {
         1.0
@@ -1692,31 +1850,21 @@ fn q4k_finite(b: &[u8]) -> bool {
     f(b[0], b[1]) && f(b[2], b[3])
 }
 
-/// Q4_K chunk: the fused kernels of bf16-rounded matrices through [`q4k_hi`] where every row's
-/// scales are finite (their inputs scaled by [`input_scale`]), else [`q4k_widened`] with the
-/// lanes in the inputs' units for the chunk; the packed panel and unrounded matrices through
-/// [`q4k_widened`].
-///
-/// # Safety
-/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
-/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q4k<const R: usize, const ROUND: bool>(
-    rows: &[&[u8]; NR],
-    (kcl, ahead): (usize, &[u8]),
-    x: *const f64,
-    x_stride: usize,
-    lanes: *mut f64,
-) {
-    // SAFETY: as the callees'.
-    unsafe {
-        high_words_or_widened!(
-            (DirectKind::Q4K, q4k_finite, rows, lanes),
-            q4k_hi::<R>(rows, ahead, x, x_stride, lanes),
-            q4k_widened::<R, ROUND>(rows, (kcl, ahead), x, x_stride, lanes)
-        )
-    }
-}
+high_words_or_widened_kernel!(
+    /// Q4_K chunk: the fused kernels of bf16-rounded matrices through [`q4k_hi`] where every
+    /// row's scales are finite (their inputs scaled by [`input_scale`]), else [`q4k_widened`]
+    /// with the lanes in the inputs' units for the chunk; the packed panel and unrounded
+    /// matrices through [`q4k_widened`].
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`]
+    /// describes them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not
+    /// read).
+    q4k,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
+    (DirectKind::Q4K, q4k_finite),
+    (q4k_hi, q4k_widened)
+);
 
 /// Q4_K chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
 /// [`input_scale`]: per group, each pair's two tables of high words (both rows' sixteen
@@ -1863,6 +2011,45 @@ static MX_KVALUES: [[f64; 8]; 2] = {
     t
 };
 
+/// [`MX_KVALUES`] by their high 32 bits: a doubled kvalue is an integer of at most four bits,
+/// so its f64's low 32 bits are zero and the high word is the whole value.
+static MX_KVALUES_HI: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut i = 0;
+    while i < 16 {
+        let v = MX_KVALUES[i / 8][i % 8];
+        assert!(v.to_bits() as u32 == 0);
+        t[i] = (v.to_bits() >> 32) as u32;
+        i += 1;
+    }
+    t
+};
+
+/// Eight f64 weights from a sixteen-entry table of high words (`table`, as [`MX_KVALUES_HI`]),
+/// each qword lane's index in bits 0..4 of its high dword: one single-source permute into the
+/// odd dwords, the even ones zeroed (as one instruction, see [`hi_lookup`]).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn hi_lookup16(idx: __m512i, table: __m512) -> __m512d {
+    let r: __m512i;
+    // SAFETY: a register-only permute (AVX-512F, present per the caller); it reads and writes
+    // no memory and leaves the flags alone.
+    unsafe {
+        std::arch::asm!(
+            "vpermps {r}{{{k}}}{{z}}, {idx}, {t}",
+            r = lateout(zmm_reg) r,
+            idx = in(zmm_reg) idx,
+            t = in(zmm_reg) table,
+            k = in(kreg) 0xaaaa_u16,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        _mm512_castsi512_pd(r)
+    }
+}
+
 /// One MXFP4 block's table, `d · kvalue` for the sixteen codes, widened to f64: the decoder's
 /// f32 product. Below exponent [`MX_F32_FROM`] that product is exact (`d` is a power of two at
 /// least 2^−128 and a kvalue at most 12 in magnitude, so it neither rounds nor overflows), so
@@ -1899,13 +2086,11 @@ fn mx_scale(e: u8) -> f64 {
 }
 
 /// MXFP4: the sixteen steps of the blocks `b0`, `b0 + 1` (the first eight only where
-/// `blocks` is 1), each pair's weights by the caller's `$weight!(z, beta, idx)`, and the
-/// caller's `$between!(acc)` on the accumulators between the two blocks.
-///
-/// Step `t` of block `beta`: the code byte at bits `sh = 8(4·beta + t mod 4)`, and for the
-/// block's second half (t ≥ 4) its high nibble, 4 bits on; the lookups read bits 0..4.
-/// Literal shifts, every step written out. The caller is in an unsafe block that vouches for
-/// the features, `x` and `lanes`.
+/// `blocks` is 1), each pair's weights by the caller's `$weight!(z, beta, t, codes)` (pair
+/// `z`'s transposed codes, whose step index [`mx_code_at!`] finds), and the caller's
+/// `$between!(acc)` on the accumulators between the two blocks. Every step written out, so
+/// every shift is a literal. The caller is in an unsafe block that vouches for the features,
+/// `x` and `lanes`.
 macro_rules! mx_steps {
     ($weight:ident, $between:ident, ($b0:expr, $blocks:expr), $codes:expr, ($x:expr, $x_stride:expr), $acc:expr, $lanes:expr) => {{
         let (b0, blocks, codes, acc): (usize, usize, &[__m512i; PAIRS], _) =
@@ -1916,9 +2101,7 @@ macro_rules! mx_steps {
                 let u = 8 * (b0 + $beta) + $t;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
-                    let idx =
-                        _mm512_srli_epi64::<{ 32 * $beta + 8 * ($t % 4) + 4 * ($t / 4) }>(codes[z]);
-                    let w = $weight!(z, $beta, idx);
+                    let w = $weight!(z, $beta, $t, codes[z]);
                     sink::<R>((u, z, w), &xv, acc, lanes);
                 }
             }};
@@ -1939,6 +2122,38 @@ macro_rules! mx_steps {
         if blocks == 2 {
             $between!(acc);
             block!(1);
+        }
+    }};
+}
+
+/// MXFP4: the bit at which step `t` of block `beta` finds its code in a pair's transposed
+/// codes ([`MX_TRANSPOSE`]): the code byte at bits `8(4·beta + t mod 4)`, and for the block's
+/// second half (t ≥ 4) its high nibble, 4 bits on.
+macro_rules! mx_code_at {
+    ($beta:literal, $t:literal) => {
+        32 * $beta + 8 * ($t % 4) + 4 * ($t / 4)
+    };
+}
+
+/// MXFP4: step `t` of block `beta`'s code in bits 0..4 of each qword lane (the f64 permutes'
+/// index).
+macro_rules! mx_low_index {
+    ($beta:literal, $t:literal, $codes:expr) => {
+        _mm512_srli_epi64::<{ mx_code_at!($beta, $t) }>($codes)
+    };
+}
+
+/// MXFP4: step `t` of block `beta`'s code in bits 0..4 of each qword lane's high dword (the
+/// high-word permutes' index): a shift by the distance to bit 32, left or right (a rotate
+/// would do both, but this machine runs a 512-bit rotate at half a shift's rate).
+macro_rules! mx_high_index {
+    ($beta:literal, $t:literal, $codes:expr) => {{
+        // Both shift counts stay below 256 (the immediates' range) either way.
+        const AT: u32 = mx_code_at!($beta, $t);
+        if AT >= 32 {
+            _mm512_srli_epi64::<{ (AT + 224) % 256 }>($codes)
+        } else {
+            _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>($codes)
         }
     }};
 }
@@ -1972,6 +2187,31 @@ unsafe fn scale_lanes<const R: usize>(acc: &mut [[__m512d; PAIRS]; R], f: &[__m5
         for (a, f) in row.iter_mut().zip(f) {
             *a = _mm512_mul_pd(*a, *f);
         }
+    }
+}
+
+/// MXFP4's fused lanes from units of `d = 2^(units − 128)` back to `d = 1` (nothing to do
+/// where they are in those already).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn to_unit_scale<const R: usize>(
+    acc: &mut [[__m512d; PAIRS]; R],
+    units: &mut [__m512i; PAIRS],
+) {
+    let unit = _mm512_set1_epi64(128);
+    let mut plain = true;
+    for u in units.iter() {
+        plain &= _mm512_cmpneq_epi64_mask(*u, unit) == 0;
+    }
+    if !plain {
+        let mut back = [_mm512_setzero_pd(); PAIRS];
+        for (b, u) in back.iter_mut().zip(units.iter_mut()) {
+            *b = pow2(895, *u);
+            *u = unit;
+        }
+        scale_lanes(acc, &back);
     }
 }
 
@@ -2011,8 +2251,12 @@ unsafe fn mx_own_tables<const R: usize>(
         // Every table was written above.
         let tabs = tabs.assume_init_ref();
         macro_rules! looked_up {
-            ($z:expr, $beta:literal, $idx:expr) => {
-                lookup_pair16(tabs[$z][2 * $beta], tabs[$z][2 * $beta + 1], $idx)
+            ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
+                lookup_pair16(
+                    tabs[$z][2 * $beta],
+                    tabs[$z][2 * $beta + 1],
+                    mx_low_index!($beta, $t, $codes),
+                )
             };
         }
         mx_steps!(
@@ -2056,6 +2300,10 @@ unsafe fn mx<const R: usize>(
             _mm512_loadu_pd(MX_KVALUES[0].as_ptr()),
             _mm512_loadu_pd(MX_KVALUES[1].as_ptr()),
         ];
+        // The same sixteen values as high words (the fused kernels' single-source table).
+        let kv_hi = _mm512_loadu_ps(MX_KVALUES_HI.as_ptr().cast());
+        // Each pair's lanes in units of `d = 2^(units − 128)` (see below; 128 at first).
+        let mut units = [_mm512_set1_epi64(128); PAIRS];
         for b0 in (0..n_blocks).step_by(2) {
             prefetch_part(ahead, b0 / 2, n_blocks.div_ceil(2));
             let blocks = 2.min(n_blocks - b0);
@@ -2099,8 +2347,15 @@ unsafe fn mx<const R: usize>(
                         }
                     }
                     macro_rules! scaled {
-                        ($z:expr, $beta:literal, $idx:expr) => {
-                            _mm512_mul_pd(d[$z][$beta], _mm512_permutex2var_pd(kv[0], $idx, kv[1]))
+                        ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
+                            _mm512_mul_pd(
+                                d[$z][$beta],
+                                _mm512_permutex2var_pd(
+                                    kv[0],
+                                    mx_low_index!($beta, $t, $codes),
+                                    kv[1],
+                                ),
+                            )
                         };
                     }
                     mx_steps!(
@@ -2127,17 +2382,22 @@ unsafe fn mx<const R: usize>(
                     // Into block 0's units (`2^(128 − e0)`), from block 0's into block 1's
                     // (`2^(e0 − e1)`), and back (`2^(e_last − 128)`). Loops, not closures
                     // (see `x_step`).
+                    // The lanes stay in the last block's units from one block pair to the
+                    // next (`units`, the exponent of the lanes' `d`; 128 is `d = 1`): into
+                    // block 0's from the last block's (`2^(e_last − e0)`), and from block 0's
+                    // into block 1's (`2^(e0 − e1)`); back to `d = 1` only before the rare case
+                    // and at the chunk's end. Loops, not closures (see `x_step`).
                     let zero = [_mm512_setzero_pd(); PAIRS];
-                    let (mut into, mut across, mut back) = (zero, zero, zero);
+                    let (mut into, mut across) = (zero, zero);
                     for (z, ez) in e.iter().enumerate() {
-                        into[z] = pow2(1151, _mm512_sub_epi64(_mm512_setzero_si512(), ez[0]));
+                        into[z] = pow2(1023, _mm512_sub_epi64(units[z], ez[0]));
                         across[z] = pow2(1023, _mm512_sub_epi64(ez[0], ez[1]));
-                        back[z] = pow2(895, ez[blocks - 1]);
+                        units[z] = ez[blocks - 1];
                     }
                     scale_lanes(&mut acc, &into);
                     macro_rules! unscaled {
-                        ($z:expr, $beta:literal, $idx:expr) => {
-                            _mm512_permutex2var_pd(kv[0], $idx, kv[1])
+                        ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
+                            hi_lookup16(mx_high_index!($beta, $t, $codes), kv_hi)
                         };
                     }
                     macro_rules! next_block_units {
@@ -2154,9 +2414,9 @@ unsafe fn mx<const R: usize>(
                         &mut acc,
                         lanes
                     );
-                    scale_lanes(&mut acc, &back);
                 }
             } else {
+                to_unit_scale(&mut acc, &mut units);
                 // Each row's two scales (a missing second block's as 0).
                 let mut es = [[0u8; 2]; NR];
                 for (e, row) in es.iter_mut().zip(rows) {
@@ -2168,6 +2428,7 @@ unsafe fn mx<const R: usize>(
                 mx_own_tables::<R>((b0, blocks), &es, &codes, (x, x_stride), &mut acc, lanes);
             }
         }
+        to_unit_scale(&mut acc, &mut units);
         store_lanes(&acc, lanes);
     }
 }
