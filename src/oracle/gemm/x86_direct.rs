@@ -29,15 +29,16 @@
 //!   level indices, a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign
 //!   bits.
 //!
-//! - **Scaled lanes.** MXFP4's common case (every scale of a panel's block pair below
+//! - **Scaled lanes.** MXFP4's common case (every scale of a panel's chunk below
 //!   [`MX_F32_FROM`]) multiplies by one shared table of kvalues and no scale at all: the fused
 //!   kernel keeps each accumulator in units of its block's power-of-two scale for the block's
-//!   steps and scales it on and back once a block. A power-of-two scaling commutes with every
-//!   rounding while the values stay normal, which they do for f32 inputs and the GEMM's sums
-//!   (the proof is at the code), so the bits are those of `acc + x·(d·kvalue)`.
+//!   steps and goes from one block's units into the next once a block. A power-of-two scaling
+//!   commutes with every rounding while the values stay normal, which they do for f32 inputs
+//!   and the GEMM's sums (the proof is at [`mx_scaled_chunk`]), so the bits are those of
+//!   `acc + x·(d·kvalue)`.
 //!
-//! - **High words.** Q4_K and Q3_K matrices that round to bf16 (with finite scales) keep
-//!   their tables for the fused kernels as the high 32 bits of f64 weights ([`hi_words`]: a
+//! - **High words.** Q4_K, Q3_K and IQ2_XXS matrices that round to bf16 (with finite scales)
+//!   keep their tables for the fused kernels as the high 32 bits of f64 weights ([`hi_words`]: a
 //!   bf16's bits shifted into place, which is the weight times 2^−896, exactly), so one
 //!   zero-masked 32-entry permute gives a step's eight f64 weights with no widening; their
 //!   inputs come scaled by 2^448 ([`input_scale`]) and the lanes run in units of 2^−448 for
@@ -1007,7 +1008,10 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
                 for z in 0..PAIRS {
                     let [ta, tb] = $t[z];
                     let [w0, w1] = if HI {
-                        hi_step_pair::<{ 8 * $k }, { 32 - 8 * $k }>(ta, $cs[z], tb)
+                        // Steps 0..4 of the sub-block are its first group's, 4..8 its
+                        // second's: each group's sixteen entries are one single-source table.
+                        let t = if $k < 2 { ta } else { tb };
+                        hi_step_pair16::<{ 8 * $k }, { 32 - 8 * $k }>(t, $cs[z])
                     } else {
                         let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
                         widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb))
@@ -1711,6 +1715,22 @@ unsafe fn hi_step_pair<const SR: u32, const SL: u32>(
     }
 }
 
+/// [`hi_step_pair`] from a single sixteen-entry table of high words ([`hi_lookup16`], the
+/// index's bit 4 ignored).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn hi_step_pair16<const SR: u32, const SL: u32>(t: __m512, cs: __m512i) -> [__m512d; 2] {
+    // SAFETY: the feature is present.
+    unsafe {
+        [
+            hi_lookup16(_mm512_srli_epi64::<SR>(cs), t),
+            hi_lookup16(_mm512_slli_epi64::<SL>(cs), t),
+        ]
+    }
+}
+
 /// Q3_K and Q4_K for the high-word kernels: a pair's 32 code bytes of each row (the first row's in bytes
 /// 0..32) transposed so that qword lane `l` (column `4t + l % 4` of row `l / 4` at step `t`)
 /// holds in byte `4 + k` of its high dword the code byte of step `2k` and in byte `k` of its
@@ -2190,31 +2210,6 @@ unsafe fn scale_lanes<const R: usize>(acc: &mut [[__m512d; PAIRS]; R], f: &[__m5
     }
 }
 
-/// MXFP4's fused lanes from units of `d = 2^(units − 128)` back to `d = 1` (nothing to do
-/// where they are in those already).
-///
-/// # Safety
-/// AVX-512F must be present.
-#[inline(always)]
-unsafe fn to_unit_scale<const R: usize>(
-    acc: &mut [[__m512d; PAIRS]; R],
-    units: &mut [__m512i; PAIRS],
-) {
-    let unit = _mm512_set1_epi64(128);
-    let mut plain = true;
-    for u in units.iter() {
-        plain &= _mm512_cmpneq_epi64_mask(*u, unit) == 0;
-    }
-    if !plain {
-        let mut back = [_mm512_setzero_pd(); PAIRS];
-        for (b, u) in back.iter_mut().zip(units.iter_mut()) {
-            *b = pow2(895, *u);
-            *u = unit;
-        }
-        scale_lanes(acc, &back);
-    }
-}
-
 /// MXFP4, blocks `b0`, `b0 + 1` where some scale is at least [`MX_F32_FROM`]: each row's own
 /// tables ([`mxfp4_tables`]), two permutes and a blend a pair-step. `es` holds each row's two
 /// exponents, `codes` each pair's transposed code bytes.
@@ -2271,10 +2266,202 @@ unsafe fn mx_own_tables<const R: usize>(
     }
 }
 
-/// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs. Two blocks a row at a time;
-/// where every scale of those is below [`MX_F32_FROM`] (the rule in real weights) a step looks
-/// its codes up in the one shared kvalue table and multiplies by the lanes' scales (one
-/// two-source permute a pair, not two and a blend), else in the rows' own tables.
+/// MXFP4: for a row's chunk as two 64-byte loads (the permute's two sources), the byte of
+/// block `j`'s exponent (byte `17j`) at byte `2j` and again at `32 + 2j` (the low byte of
+/// word `j` and `16 + j`), `j < 8`.
+static MX_EXPONENT_BYTES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut j = 0;
+    while j < 8 {
+        t[2 * j] = (17 * j) as u8;
+        t[32 + 2 * j] = (17 * j) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// MXFP4: word `w` from word `w − 1` (within each row's words `0..16`, `16..32`).
+static MX_PREVIOUS_WORD: [u16; 32] = {
+    let mut t = [0u16; 32];
+    let mut w = 1;
+    while w < 32 {
+        t[w] = (w - 1) as u16;
+        w += 1;
+    }
+    t
+};
+
+/// MXFP4: for the lane scaling at block `j` ([`mx_lane_scalings`]), word `j` into the top word of
+/// qwords 0..4 (the pair's first row) and word `16 + j` into those of qwords 4..8.
+static MX_SCALING_WORDS: [[u16; 32]; 9] = {
+    let mut t = [[0u16; 32]; 9];
+    let mut j = 0;
+    while j < 9 {
+        let mut l = 0;
+        while l < 8 {
+            t[j][4 * l + 3] = (j + 16 * (l / 4)) as u16;
+            l += 1;
+        }
+        j += 1;
+    }
+    t
+};
+
+/// MXFP4, the fused kernels' lane scalings over a chunk of `n ≤ 8` blocks of a pair's rows
+/// `a`, `b` (as [`mx_scaled_chunk`] runs them), as words: word `j ≤ n` (row `a`; `16 + j` row
+/// `b`) is `(p_j − c_j + 1023) << 4`, the f64 exponent field of `2^(p_j − c_j)` shifted into
+/// its word, for `p_0 = 128` and `p_j = e_{j−1}` (the units the lanes are in before block
+/// `j`), `c_j = e_j` and `c_n = 128` (back to `d = 1` after the last); `bias` is
+/// [`mx_scaling_bias`]`(n)`. Also the exponents `c_j` (`j < n`, the other words zero), for the
+/// caller to see whether one is at least [`MX_F32_FROM`] (then the scalings do not apply).
+///
+/// # Safety
+/// AVX-512 F, BW and VBMI must be present; `a` and `b` must hold `n` blocks.
+#[inline(always)]
+unsafe fn mx_lane_scalings(a: &[u8], b: &[u8], n: usize, bias: __m512i) -> (__m512i, __m512i) {
+    debug_assert!((1..=8).contains(&n) && a.len() >= 17 * n && b.len() >= 17 * n);
+    let len = 17 * n;
+    let lo: u64 = if len >= 64 { !0 } else { (1 << len) - 1 };
+    // Bytes 64.. up to the end (at most 63 of them: the last exponent is byte 119).
+    let hi: u64 = (1 << len.saturating_sub(64).min(63)) - 1;
+    // Words `1..=n` of each row, and the low bytes of words `0..n`.
+    let words = ((1u32 << n) - 1) << 1;
+    let words = words | words << 16;
+    let low_bytes = 0x5555u64 & ((1 << (2 * n)) - 1);
+    // SAFETY (whole body): the masked loads read bytes 0..len of each row only (len ≤ 136);
+    // the statics hold 64 bytes.
+    unsafe {
+        let sel = load_u8(&MX_EXPONENT_BYTES);
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let la = _mm512_maskz_loadu_epi8(lo, pa.cast());
+        let ha = _mm512_maskz_loadu_epi8(hi, pa.add(64).cast());
+        let lb = _mm512_maskz_loadu_epi8(lo, pb.cast());
+        let hb = _mm512_maskz_loadu_epi8(hi, pb.add(64).cast());
+        // `c_j` for `j < n` (0 at `n`: the 128 is in `bias`).
+        let cur = _mm512_or_si512(
+            _mm512_maskz_permutex2var_epi8(low_bytes, la, sel, ha),
+            _mm512_maskz_permutex2var_epi8(low_bytes << 32, lb, sel, hb),
+        );
+        // `p_j` for `1 ≤ j ≤ n` (0 at `0`: the 128 is in `bias`).
+        let prev = _mm512_maskz_permutexvar_epi16(
+            words,
+            _mm512_loadu_si512(MX_PREVIOUS_WORD.as_ptr().cast()),
+            cur,
+        );
+        let field = _mm512_add_epi16(_mm512_sub_epi16(prev, cur), bias);
+        (_mm512_slli_epi16::<4>(field), cur)
+    }
+}
+
+/// [`mx_lane_scalings`]' bias for a chunk of `n` blocks: 1023 in every word, plus 128 at word
+/// 0 of each row (`p_0`) and less 128 at word `n` (`c_n`).
+///
+/// # Safety
+/// AVX-512 F and BW must be present.
+#[inline(always)]
+unsafe fn mx_scaling_bias(n: usize) -> __m512i {
+    let base = _mm512_mask_set1_epi16(_mm512_set1_epi16(1023), 0x0001_0001, 1151);
+    let at_n = (1u32 << n) | (1u32 << (16 + n));
+    _mm512_mask_sub_epi16(base, at_n, base, _mm512_set1_epi16(128))
+}
+
+/// The lane scaling at block `j` from a pair's [`mx_lane_scalings`] words: `2^(p_j − c_j)` of
+/// the first row in qwords 0..4, of the second in 4..8.
+///
+/// # Safety
+/// AVX-512 F and BW must be present.
+#[inline(always)]
+unsafe fn mx_scaling(words: __m512i, j: usize) -> __m512d {
+    // SAFETY: the features are present; the static holds 64 bytes a row.
+    unsafe {
+        let idx = _mm512_loadu_si512(MX_SCALING_WORDS[j].as_ptr().cast());
+        _mm512_castsi512_pd(_mm512_maskz_permutexvar_epi16(0x8888_8888, idx, words))
+    }
+}
+
+/// MXFP4 chunk of `n` blocks a row for `R ≥ 1` inputs where no exponent is at least
+/// [`MX_F32_FROM`]: the accumulators carry the blocks' scales instead of every weight. A lane
+/// runs in units of its block's `d` (`acc / d`), adds `x · kvalue` from the one shared table
+/// (high words, [`MX_KVALUES_HI`]), and goes into the next block's units after the block:
+/// each pair's scalings from one block's units into the next computed once a chunk
+/// ([`mx_lane_scalings`]), one word permute and one multiply a block.
+///
+/// Scaling by a power of two commutes with every rounding that stays normal, and all of these
+/// do: a nonzero exact sum of these products is a multiple of 2^−278 (x an f32, `d ≥ 2^−128`,
+/// a doubled kvalue an integer) and below 2^277, and `1/d` is within 2^±128, so every value
+/// stays within 2^±406, far inside f64's normal range (signed zeros, infinities and NaNs pass
+/// a power-of-two scaling unchanged). So `acc/d + x·kvalue`, rounded, times `d` is `acc +
+/// x·(d·kvalue)` rounded: the bits of the definition, with one multiply a block a pair and
+/// input row instead of one a step.
+///
+/// # Safety
+/// As [`mx`], with `R ≥ 1` and `scalings` every pair's [`mx_lane_scalings`].
+#[inline(always)]
+unsafe fn mx_scaled_chunk<const R: usize>(
+    rows: &[&[u8]; NR],
+    (n_blocks, ahead): (usize, &[u8]),
+    scalings: &[__m512i; PAIRS],
+    (x, x_stride): (*const f64, usize),
+    lanes: *mut f64,
+) {
+    let bb = mxfp4::BLOCK_BYTES;
+    // SAFETY (whole body): as [`mx`]'s.
+    unsafe {
+        let transpose = load_u8(&MX_TRANSPOSE);
+        let kv_hi = _mm512_loadu_ps(MX_KVALUES_HI.as_ptr().cast());
+        let mut acc = load_lanes::<R>(lanes);
+        let mut f = [_mm512_setzero_pd(); PAIRS];
+        for b0 in (0..n_blocks).step_by(2) {
+            prefetch_part(ahead, b0 / 2, n_blocks.div_ceil(2));
+            let blocks = 2.min(n_blocks - b0);
+            let mask: u64 = (1u64 << (bb * blocks)) - 1;
+            let mut codes = [_mm512_setzero_si512(); PAIRS];
+            for (z, c) in codes.iter_mut().enumerate() {
+                let a = _mm512_maskz_loadu_epi8(mask, rows[2 * z].as_ptr().add(bb * b0).cast());
+                let b = _mm512_maskz_loadu_epi8(mask, rows[2 * z + 1].as_ptr().add(bb * b0).cast());
+                *c = _mm512_permutex2var_epi8(a, transpose, b);
+            }
+            for (fz, s) in f.iter_mut().zip(scalings) {
+                *fz = mx_scaling(*s, b0);
+            }
+            scale_lanes(&mut acc, &f);
+            macro_rules! unscaled {
+                ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
+                    hi_lookup16(mx_high_index!($beta, $t, $codes), kv_hi)
+                };
+            }
+            macro_rules! next_block_units {
+                ($acc:expr) => {{
+                    for (fz, s) in f.iter_mut().zip(scalings) {
+                        *fz = mx_scaling(*s, b0 + 1);
+                    }
+                    scale_lanes($acc, &f)
+                }};
+            }
+            mx_steps!(
+                unscaled,
+                next_block_units,
+                (b0, blocks),
+                codes,
+                (x, x_stride),
+                &mut acc,
+                lanes
+            );
+        }
+        for (fz, s) in f.iter_mut().zip(scalings) {
+            *fz = mx_scaling(*s, n_blocks);
+        }
+        scale_lanes(&mut acc, &f);
+        store_lanes(&acc, lanes);
+    }
+}
+
+/// MXFP4 chunk (`kcl / 32` blocks a row): see the module docs. The fused kernels of a chunk
+/// whose every scale is below [`MX_F32_FROM`] (the rule in real weights) through
+/// [`mx_scaled_chunk`]; else, and for the packed panel, two blocks a row at a time: where
+/// every scale of those is below [`MX_F32_FROM`] the packed panel's weights are the one shared
+/// kvalue table times the lanes' scales (one two-source permute a pair, not two and a blend),
+/// else every step looks its codes up in the rows' own tables.
 ///
 /// # Safety
 /// AVX-512 F, BW and VBMI must be present; the operands as [`run`] describes
@@ -2293,6 +2480,22 @@ unsafe fn mx<const R: usize>(
     // masked loads that stop at their end; `x` holds R rows of kcl values `x_stride` apart and
     // `lanes` R·PANEL_STEP values.
     unsafe {
+        if R > 0 {
+            // The common case first: no exponent of the chunk at `MX_F32_FROM` or above.
+            let mut scalings = [_mm512_setzero_si512(); PAIRS];
+            let mut most = _mm512_setzero_si512();
+            let bias = mx_scaling_bias(n_blocks);
+            for (z, s) in scalings.iter_mut().enumerate() {
+                let (w, e) = mx_lane_scalings(rows[2 * z], rows[2 * z + 1], n_blocks, bias);
+                *s = w;
+                most = _mm512_max_epu16(most, e);
+            }
+            let from = _mm512_set1_epi16(i16::from(MX_F32_FROM));
+            if _mm512_cmpge_epu16_mask(most, from) == 0 {
+                let x = (x, x_stride);
+                return mx_scaled_chunk::<R>(rows, (n_blocks, ahead), &scalings, x, lanes);
+            }
+        }
         let transpose = load_u8(&MX_TRANSPOSE);
         let mut acc = load_lanes::<R>(lanes);
         // The doubled kvalues as f64 (a table every block shares).
@@ -2300,10 +2503,6 @@ unsafe fn mx<const R: usize>(
             _mm512_loadu_pd(MX_KVALUES[0].as_ptr()),
             _mm512_loadu_pd(MX_KVALUES[1].as_ptr()),
         ];
-        // The same sixteen values as high words (the fused kernels' single-source table).
-        let kv_hi = _mm512_loadu_ps(MX_KVALUES_HI.as_ptr().cast());
-        // Each pair's lanes in units of `d = 2^(units − 128)` (see below; 128 at first).
-        let mut units = [_mm512_set1_epi64(128); PAIRS];
         for b0 in (0..n_blocks).step_by(2) {
             prefetch_part(ahead, b0 / 2, n_blocks.div_ceil(2));
             let blocks = 2.min(n_blocks - b0);
@@ -2325,99 +2524,41 @@ unsafe fn mx<const R: usize>(
             }
             // The rare other case is a function of its own, so this one holds one step
             // sequence (inlined here, it measured 2% slower at m=1).
-            if big == 0 {
-                // Every scale below `MX_F32_FROM`: a weight is `d · kvalue` in f64, the same
-                // product `mxfp4_tables` stores, and `d = 2^(e − 128)` is exact (`mx_scale`).
-                // Each lane's block exponent `e` (the first row's in lanes 0..4): block β's
-                // exponent byte into the qwords of its row.
-                let mut e = [[_mm512_setzero_si512(); 2]; PAIRS];
-                for (ez, l) in e.iter_mut().zip(&loaded) {
-                    for (beta, eb) in ez.iter_mut().enumerate() {
+            if big == 0 && R == 0 {
+                // The packed panel, every scale below `MX_F32_FROM`: a weight is `d · kvalue`
+                // in f64, the same product `mxfp4_tables` stores, `d = 2^(e − 128)` exact
+                // (`pow2`, as `mx_scale`): the one shared kvalue table and a multiply by the
+                // lanes' `d`. Each lane's block exponent `e` (the first row's in lanes 0..4):
+                // block β's exponent byte into the qwords of its row.
+                let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
+                for (dz, l) in d.iter_mut().zip(&loaded) {
+                    for (beta, db) in dz.iter_mut().enumerate() {
                         let sel = _mm512_loadu_si512(MX_SCALE_BYTES[beta].as_ptr().cast());
-                        *eb = _mm512_maskz_permutex2var_epi8(MX_QWORD_LOW, l[0], sel, l[1]);
+                        let e = _mm512_maskz_permutex2var_epi8(MX_QWORD_LOW, l[0], sel, l[1]);
+                        *db = pow2(895, e);
                     }
                 }
-                if R == 0 {
-                    // The packed panel holds the weights themselves: the one shared kvalue
-                    // table and a multiply by the lanes' `d`.
-                    let mut d = [[_mm512_setzero_pd(); 2]; PAIRS];
-                    for (dz, ez) in d.iter_mut().zip(&e) {
-                        for (db, eb) in dz.iter_mut().zip(ez) {
-                            *db = pow2(895, *eb);
-                        }
-                    }
-                    macro_rules! scaled {
-                        ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
-                            _mm512_mul_pd(
-                                d[$z][$beta],
-                                _mm512_permutex2var_pd(
-                                    kv[0],
-                                    mx_low_index!($beta, $t, $codes),
-                                    kv[1],
-                                ),
-                            )
-                        };
-                    }
-                    mx_steps!(
-                        scaled,
-                        mx_nothing_between,
-                        (b0, blocks),
-                        codes,
-                        (x, x_stride),
-                        &mut acc,
-                        lanes
-                    );
-                } else {
-                    // The accumulators carry the block's scale instead of every weight: a lane
-                    // runs in units of its block's `d` (`acc / d`), adds `x · kvalue` from the
-                    // shared table, and is scaled back after the block. Scaling by a power of
-                    // two commutes with every rounding that stays normal, and all of these do:
-                    // a nonzero exact sum of these products is a multiple of 2^−278 (x an f32,
-                    // `d ≥ 2^−128`, a doubled kvalue an integer) and below 2^277, and `1/d` is
-                    // within 2^±128, so every value stays within 2^±406, far inside f64's
-                    // normal range (signed zeros, infinities and NaNs pass a power-of-two
-                    // scaling unchanged). So `acc/d + x·kvalue`, rounded, times `d` is
-                    // `acc + x·(d·kvalue)` rounded: the same bits, one multiply a block a
-                    // pair and input row instead of one a step.
-                    // Into block 0's units (`2^(128 − e0)`), from block 0's into block 1's
-                    // (`2^(e0 − e1)`), and back (`2^(e_last − 128)`). Loops, not closures
-                    // (see `x_step`).
-                    // The lanes stay in the last block's units from one block pair to the
-                    // next (`units`, the exponent of the lanes' `d`; 128 is `d = 1`): into
-                    // block 0's from the last block's (`2^(e_last − e0)`), and from block 0's
-                    // into block 1's (`2^(e0 − e1)`); back to `d = 1` only before the rare case
-                    // and at the chunk's end. Loops, not closures (see `x_step`).
-                    let zero = [_mm512_setzero_pd(); PAIRS];
-                    let (mut into, mut across) = (zero, zero);
-                    for (z, ez) in e.iter().enumerate() {
-                        into[z] = pow2(1023, _mm512_sub_epi64(units[z], ez[0]));
-                        across[z] = pow2(1023, _mm512_sub_epi64(ez[0], ez[1]));
-                        units[z] = ez[blocks - 1];
-                    }
-                    scale_lanes(&mut acc, &into);
-                    macro_rules! unscaled {
-                        ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
-                            hi_lookup16(mx_high_index!($beta, $t, $codes), kv_hi)
-                        };
-                    }
-                    macro_rules! next_block_units {
-                        ($acc:expr) => {
-                            scale_lanes($acc, &across)
-                        };
-                    }
-                    mx_steps!(
-                        unscaled,
-                        next_block_units,
-                        (b0, blocks),
-                        codes,
-                        (x, x_stride),
-                        &mut acc,
-                        lanes
-                    );
+                macro_rules! scaled {
+                    ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
+                        _mm512_mul_pd(
+                            d[$z][$beta],
+                            _mm512_permutex2var_pd(kv[0], mx_low_index!($beta, $t, $codes), kv[1]),
+                        )
+                    };
                 }
+                mx_steps!(
+                    scaled,
+                    mx_nothing_between,
+                    (b0, blocks),
+                    codes,
+                    (x, x_stride),
+                    &mut acc,
+                    lanes
+                );
             } else {
-                to_unit_scale(&mut acc, &mut units);
-                // Each row's two scales (a missing second block's as 0).
+                // The fused kernels of a chunk with some large scale ([`mx_scaled_chunk`]
+                // takes the others), and the packed panel's blocks with one: each row's two
+                // scales (a missing second block's as 0).
                 let mut es = [[0u8; 2]; NR];
                 for (e, row) in es.iter_mut().zip(rows) {
                     e[0] = row[bb * b0];
@@ -2428,7 +2569,6 @@ unsafe fn mx<const R: usize>(
                 mx_own_tables::<R>((b0, blocks), &es, &codes, (x, x_stride), &mut acc, lanes);
             }
         }
-        to_unit_scale(&mut acc, &mut units);
         store_lanes(&acc, lanes);
     }
 }
