@@ -732,6 +732,16 @@ mod tests {
         });
     }
 
+    /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for Q2_K's `d` and `dmin`.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q2k_high_words_keep_the_bits_at_the_extremes() {
+        high_words_at_the_extremes(GgmlType::Q2K, |b, (d, m)| {
+            b[80..82].copy_from_slice(&d.to_le_bytes());
+            b[82..84].copy_from_slice(&m.to_le_bytes());
+        });
+    }
+
     /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for IQ2_XXS's `d` (the same edges).
     #[cfg(target_arch = "x86_64")]
     #[test]

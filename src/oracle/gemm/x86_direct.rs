@@ -302,11 +302,11 @@ macro_rules! high_words_or_widened {
     }};
 }
 
-/// A kernel `$name::<R, ROUND>` (with `$features`) that takes the high-word route `$hi::<R>`
-/// (rows, ahead, x, x_stride, lanes) or the widened one `$widened::<R, ROUND>` (as `run`'s
-/// operands) by [`high_words_or_widened!`].
+/// A kernel `$name::<R, ROUND>` (with `$features`) that takes the high-word route `$hi` or
+/// the widened one `$widened` (functions of `run`'s operands, which may name the kernel's `R`
+/// and `ROUND`) by [`high_words_or_widened!`].
 macro_rules! high_words_or_widened_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:ident), ($hi:ident, $widened:ident)) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:ident), ($hi:expr, $widened:expr)) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
         unsafe fn $name<const R: usize, const ROUND: bool>(
@@ -320,8 +320,8 @@ macro_rules! high_words_or_widened_kernel {
             unsafe {
                 high_words_or_widened!(
                     ($kind, $finite, rows, lanes),
-                    $hi::<R>(rows, ahead, x, x_stride, lanes),
-                    $widened::<R, ROUND>(rows, (kcl, ahead), x, x_stride, lanes)
+                    $hi(rows, (kcl, ahead), x, x_stride, lanes),
+                    $widened(rows, (kcl, ahead), x, x_stride, lanes)
                 )
             }
         }
@@ -590,6 +590,9 @@ macro_rules! eight_steps {
 /// and the even ones by shift.
 #[repr(C, align(64))]
 struct StepCodes<const N: usize> {
+    /// A zeroed row before the first, which the high-word steps' loads reach into
+    /// ([`step_code_hi!`]).
+    pad: __m512i,
     rows: [__m512i; N],
     seal: __m512i,
 }
@@ -604,22 +607,25 @@ impl<const N: usize> StepCodes<N> {
         self.rows[r] = v;
     }
 
-    /// Writes the zeroed row after the last.
+    /// Writes the zeroed rows before the first and after the last.
     ///
     /// # Safety
     /// AVX-512F must be present.
     #[inline(always)]
     unsafe fn seal(&mut self) {
+        self.pad = _mm512_setzero_si512();
         self.seal = _mm512_setzero_si512();
     }
 
-    /// Row `r`'s first byte (`r < N`; 128 bytes from it are initialised once every row and the
-    /// seal are written).
+    /// Row `r`'s first byte (`r < N`; the 64 bytes before it and 128 bytes from it are
+    /// initialised once every row and the seals are written).
     #[inline(always)]
     fn at(&self, r: usize) -> *const u8 {
         assert!(r < N);
-        // In bounds: the struct holds N + 1 rows of 64 bytes.
-        (self as *const Self).cast::<u8>().wrapping_add(64 * r)
+        // In bounds: the struct holds N + 2 rows of 64 bytes.
+        (self as *const Self)
+            .cast::<u8>()
+            .wrapping_add(64 * (r + 1))
     }
 }
 
@@ -634,6 +640,25 @@ macro_rules! step_code {
             _mm512_loadu_si512(at.add($sh / 8).cast())
         } else {
             _mm512_srli_epi64::<$sh>(_mm512_load_si512(at.cast()))
+        }
+    }};
+}
+
+/// [`step_code!`] for the high-word permutes: step `t`'s code byte to byte 4 of each qword
+/// (the low byte of its high dword), by a shift of the row by the distance (even steps), or
+/// by a load from 4 bytes before byte `t` of the row (odd steps; for row 0 the bytes before it
+/// are the zeroed pad row's, which land in the low dwords the permutes do not read).
+macro_rules! step_code_hi {
+    ($sc:expr, $r:expr, $sh:literal) => {{
+        let at = $sc.at($r);
+        // The caller is in an unsafe block that vouches for the features; `at − 4 .. at + 124`
+        // lies within the struct.
+        if $sh % 16 == 8 {
+            _mm512_loadu_si512(at.wrapping_sub(4).add($sh / 8).cast())
+        } else if $sh >= 32 {
+            _mm512_srli_epi64::<{ ($sh + 224) % 256 }>(_mm512_load_si512(at.cast()))
+        } else {
+            _mm512_slli_epi64::<{ (256 + 32 - $sh) % 256 }>(_mm512_load_si512(at.cast()))
         }
     }};
 }
@@ -748,8 +773,14 @@ unsafe fn q2k_scales(b: &[u8]) -> (__m512, __m512) {
 /// # Safety
 /// AVX-512 F, BW, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
+///
+/// With `HI` (`ROUND`, `R ≥ 1`, every `d` and `dmin` finite, the inputs scaled by
+/// [`input_scale`]) each pair's two groups' tables are one table of sixteen high words
+/// ([`hi_words`]; the group bit 3 of a code byte, set for a sub-block's steps 4..8), a step is
+/// one zero-masked single-source permute with no widening ([`step_code_hi!`] its index), and
+/// the lanes run in the inputs' units (2^−448) for the chunk.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q2k<const R: usize, const ROUND: bool>(
+unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
@@ -763,8 +794,15 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
         let levels = _mm512_loadu_ps(levels.as_ptr());
         let transpose = load_u8(&Q2K_TRANSPOSE);
         let three = _mm512_set1_epi8(3);
-        // Bit 2 of every code byte of the pair's second row: its table entries are 4..8.
+        // Bit 2 of every code byte of the pair's second row: its table entries are 4..8; with
+        // `HI`, bit 3 of the bytes of steps 4..8 (bytes 4..8 of each qword): the second
+        // group's entries are 8..16 of the one table (the f64 permutes ignore the bit).
         let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0404_0404_0404_0404);
+        let second = if HI {
+            _mm512_or_si512(second, _mm512_set1_epi64(0x0808_0808_0000_0000))
+        } else {
+            second
+        };
         // Each pair's step codes ([`StepCodes`]), first, so that their stores have reached the
         // cache when the steps load them: sub-block `s` of half `h` (bits `2s`, `2s + 1` of
         // each code byte) with the row bit, as row `4h + s`.
@@ -794,17 +832,28 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
         // moving them out of the `MaybeUninit` copied kilobytes a chunk, a sixth of its time).
         let (ss, sc) = (ss.assume_init_ref(), sc.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
+        if HI {
+            scale_lanes::<R>(
+                &mut acc,
+                &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
+            );
+        }
         // Sub-block by sub-block (its two groups' tables of every pair, in registers: a
         // 512-bit store costs this machine twice a permute, and the tables of a whole block
         // did not fit), then its eight steps.
         let mut tabs = [[_mm512_setzero_pd(); 2]; PAIRS];
+        let mut tabs_hi = [_mm512_setzero_ps(); PAIRS];
         macro_rules! step {
             ($sc:ident, $u:expr, $sh:literal) => {{
                 let u = $u;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
-                    let idx = step_code!($sc[z], u / 8, $sh);
-                    let w = _mm512_permutexvar_pd(idx, tabs[z][$sh / 32]);
+                    let w = if HI {
+                        hi_lookup16(step_code_hi!($sc[z], u / 8, $sh), tabs_hi[z])
+                    } else {
+                        let idx = step_code!($sc[z], u / 8, $sh);
+                        _mm512_permutexvar_pd(idx, tabs[z][$sh / 32])
+                    };
                     sink::<R>((u, z, w), &xv, &mut acc, lanes);
                 }
             }};
@@ -813,21 +862,65 @@ unsafe fn q2k<const R: usize, const ROUND: bool>(
             prefetch_part(ahead, sub, 8);
             let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
             for zz in 0..PAIRS / 2 {
-                // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1.
+                // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1
+                // (`dl · q` is exact in f32, `dl = d · sc` having at most 15 significant bits
+                // and `q` two, so `fmsub` rounds where the decoder's subtraction does).
                 let mut v = [_mm512_setzero_ps(); 2];
                 for (k, v) in v.iter_mut().enumerate() {
                     let s = &ss[2 * zz + k];
                     let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
                     let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
-                    *v = _mm512_sub_ps(_mm512_mul_ps(dl, levels), ml);
+                    *v = _mm512_fmsub_ps(dl, levels, ml);
                 }
-                [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
+                if HI {
+                    // Rounded together, the words' low halves are the first groups' values
+                    // and the high halves the second groups', as high words; then each pair's
+                    // sixteen (its first group's eight, then its second's) by one 128-bit
+                    // shuffle.
+                    let words = bf16_words(v[0], v[1]);
+                    let (first, second) =
+                        (hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words));
+                    tabs_hi[2 * zz] = _mm512_shuffle_f32x4::<0x44>(first, second);
+                    tabs_hi[2 * zz + 1] = _mm512_shuffle_f32x4::<0xee>(first, second);
+                } else {
+                    [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
+                }
             }
             eight_steps!(step, sc, 8 * sub);
+        }
+        if HI {
+            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
         }
         store_lanes(&acc, lanes);
     }
 }
+
+/// Whether a Q2_K block's `d` and `dmin` (bytes 80..84) are finite: then every value of the
+/// block is a finite f32, an exact multiple of 2^−24 below 2^22.
+#[inline(always)]
+fn q2k_finite(b: &[u8]) -> bool {
+    f16_finite(b, 80) && f16_finite(b, 82)
+}
+
+/// Whether the f16 at bytes `at..at + 2` of `b` is finite (its exponent field not all ones).
+#[inline(always)]
+fn f16_finite(b: &[u8], at: usize) -> bool {
+    u16::from_le_bytes([b[at], b[at + 1]]) & 0x7c00 != 0x7c00
+}
+
+high_words_or_widened_kernel!(
+    /// Q2_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q2k_body`
+    /// with `HI`) where every row's scales are finite (their inputs scaled by
+    /// [`input_scale`]), else widen with the lanes in the inputs' units for the chunk; the
+    /// packed panel and unrounded matrices widen.
+    ///
+    /// # Safety
+    /// As [`q2k_body`].
+    q2k,
+    "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c",
+    (DirectKind::Q2K, q2k_finite),
+    (q2k_body::<R, true, true>, q2k_body::<R, ROUND, false>)
+);
 
 /// Q3_K: for lane `i` of vector `v` of a pair's tables of sub-block `g2` (groups `2g2`,
 /// `2g2 + 1`; `g2 % 4` indexes this), the source lane in a half block's `dl` (`0..8` the
@@ -1069,35 +1162,25 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
 /// exact multiple of 2^−24 below 2^23.
 #[inline(always)]
 fn q3k_finite(b: &[u8]) -> bool {
-    u16::from_le_bytes([b[108], b[109]]) & 0x7c00 != 0x7c00
+    f16_finite(b, 108)
 }
 
-/// Q3_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q3k_body` with
-/// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]; `dl·(q − 4)`
-/// is exact in f32, `dl = d·sc` having at most 17 significant bits and `q − 4` three, and at
-/// least 2^−24 where not zero), else widen with the lanes in the inputs' units for the chunk;
-/// the packed panel and unrounded matrices widen.
-///
-/// # Safety
-/// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
-/// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q3k<const R: usize, const ROUND: bool>(
-    rows: &[&[u8]; NR],
-    (kcl, ahead): (usize, &[u8]),
-    x: *const f64,
-    x_stride: usize,
-    lanes: *mut f64,
-) {
-    // SAFETY: as the callees'.
-    unsafe {
-        high_words_or_widened!(
-            (DirectKind::Q3K, q3k_finite, rows, lanes),
-            q3k_body::<R, true, true>(rows, (kcl, ahead), x, x_stride, lanes),
-            q3k_body::<R, ROUND, false>(rows, (kcl, ahead), x, x_stride, lanes)
-        )
-    }
-}
+high_words_or_widened_kernel!(
+    /// Q3_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q3k_body` with
+    /// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]; `dl·(q −
+    /// 4)` is exact in f32, `dl = d·sc` having at most 17 significant bits and `q − 4` three,
+    /// and at least 2^−24 where not zero), else widen with the lanes in the inputs' units for
+    /// the chunk; the packed panel and unrounded matrices widen.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`]
+    /// describes them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not
+    /// read).
+    q3k,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
+    (DirectKind::Q3K, q3k_finite),
+    (q3k_body::<R, true, true>, q3k_body::<R, ROUND, false>)
+);
 
 /// IQ2_XXS: a grid entry's eight 2-bit level indices as bytes: `IQ2_GRID_BYTES[0]` the low
 /// byte of every entry (values 0..4, two bits each), `[1]` the high byte (values 4..8).
@@ -1350,7 +1433,7 @@ high_words_or_widened_kernel!(
     iq2,
     "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c",
     (DirectKind::Iq2Xxs, iq2_finite),
-    (iq2_hi, iq2_widened)
+    (iq2_hi::<R>, iq2_widened::<R, ROUND>)
 );
 
 /// Whether an IQ2_XXS block's `d` is finite (its exponent field not all ones): then every
@@ -1358,7 +1441,7 @@ high_words_or_widened_kernel!(
 /// not zero, `(0.5 + ls) · 0.25` at least 1/8, a level at least 8; at most 65504 · 3.875 · 43).
 #[inline(always)]
 fn iq2_finite(b: &[u8]) -> bool {
-    u16::from_le_bytes([b[0], b[1]]) & 0x7c00 != 0x7c00
+    f16_finite(b, 0)
 }
 
 /// IQ2_XXS chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
@@ -1372,7 +1455,7 @@ fn iq2_finite(b: &[u8]) -> bool {
 #[inline(always)]
 unsafe fn iq2_hi<const R: usize>(
     rows: &[&[u8]; NR],
-    ahead: &[u8],
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
@@ -1610,7 +1693,7 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
 const HI_INPUT_LOG2: i32 = 448;
 
 /// What the fused kernel of `kind` (for `mr ≥ 1` input rows, [`chunk`]) takes its inputs
-/// multiplied by: 2^448 for Q4_K, Q3_K and IQ2_XXS matrices that round to bf16, whose tables hold each
+/// multiplied by: 2^448 for Q2_K, Q3_K, Q4_K and IQ2_XXS matrices that round to bf16, whose tables hold each
 /// weight `w` as the f64 `w · 2^−896` ([`hi_words`]), so that a product is `x·w · 2^−448` and
 /// the lanes run in units of 2^−448 while the block is multiplied; 1 (the inputs as they are)
 /// for the others.
@@ -1627,7 +1710,12 @@ const HI_INPUT_LOG2: i32 = 448;
 /// their signs, and infinities and NaNs pass through multiplications by a power of two
 /// unchanged. The bits are therefore those of the unscaled sums.
 pub(super) fn input_scale(kind: DirectKind, round_bf16: bool) -> f64 {
-    if round_bf16 && matches!(kind, DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs) {
+    if round_bf16
+        && matches!(
+            kind,
+            DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs
+        )
+    {
         2f64.powi(HI_INPUT_LOG2)
     } else {
         1.0
@@ -1866,8 +1954,7 @@ unsafe fn q4k_scale_arrays(
 /// every value of the block is a finite f32, an exact multiple of 2^−24 below 2^27.
 #[inline(always)]
 fn q4k_finite(b: &[u8]) -> bool {
-    let f = |lo: u8, hi: u8| u16::from_le_bytes([lo, hi]) & 0x7c00 != 0x7c00;
-    f(b[0], b[1]) && f(b[2], b[3])
+    f16_finite(b, 0) && f16_finite(b, 2)
 }
 
 high_words_or_widened_kernel!(
@@ -1883,7 +1970,7 @@ high_words_or_widened_kernel!(
     q4k,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
     (DirectKind::Q4K, q4k_finite),
-    (q4k_hi, q4k_widened)
+    (q4k_hi::<R>, q4k_widened::<R, ROUND>)
 );
 
 /// Q4_K chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
@@ -1902,7 +1989,7 @@ high_words_or_widened_kernel!(
 #[inline(always)]
 unsafe fn q4k_hi<const R: usize>(
     rows: &[&[u8]; NR],
-    ahead: &[u8],
+    (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
