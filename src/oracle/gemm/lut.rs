@@ -732,6 +732,16 @@ mod tests {
         });
     }
 
+    /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for Q8_0's `d` (every block of a
+    /// chunk).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q8_0_high_words_keep_the_bits_at_the_extremes() {
+        high_words_at_the_extremes(GgmlType::Q8_0, |b, (d, _)| {
+            b[0..2].copy_from_slice(&d.to_le_bytes());
+        });
+    }
+
     /// As [`q4k_high_words_keep_the_bits_at_the_extremes`], for Q2_K's `d` and `dmin`.
     #[cfg(target_arch = "x86_64")]
     #[test]
@@ -765,10 +775,10 @@ mod tests {
         let scale = input_scale(dk, true);
         assert_eq!(scale, 2f64.powi(448));
         let xs: Vec<f64> = x.iter().map(|v| v * scale).collect();
-        let (_, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
+        let (bv, bb, _) = crate::gguf::quant::block_decoder(ty).expect("decodable");
         let cols = 6 * KC;
-        let mut all = random_blocks(ty, NR * cols / KC, 5).expect("blocks");
-        assert_eq!(all.len(), NR * cols / KC * bb);
+        let mut all = random_blocks(ty, NR * cols / bv, 5).expect("blocks");
+        assert_eq!(all.len(), NR * cols / bv * bb);
         // (d, dmin) of chunk c's rows: chunk 0 as drawn, then the edges.
         let edges: [(u16, u16); 5] = [
             (0x7bff, 0x7bff),
@@ -778,7 +788,8 @@ mod tests {
             (0xfbff, 0x0400),
         ];
         for (i, b) in all.chunks_exact_mut(bb).enumerate() {
-            let (q, c) = (i / (cols / KC), i % (cols / KC));
+            // Row q, chunk c (blocks of `bv` values, `cols / bv` a row).
+            let (q, c) = (i / (cols / bv), i % (cols / bv) * bv / KC);
             if c == 0 {
                 continue;
             }

@@ -833,10 +833,7 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
         let (ss, sc) = (ss.assume_init_ref(), sc.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
         if HI {
-            scale_lanes::<R>(
-                &mut acc,
-                &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
-            );
+            hi_units::<R>(&mut acc, true);
         }
         // Sub-block by sub-block (its two groups' tables of every pair, in registers: a
         // 512-bit store costs this machine twice a permute, and the tables of a whole block
@@ -889,7 +886,7 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
             eight_steps!(step, sc, 8 * sub);
         }
         if HI {
-            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
+            hi_units::<R>(&mut acc, false);
         }
         store_lanes(&acc, lanes);
     }
@@ -1077,10 +1074,7 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
         let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
         let mut acc = load_lanes::<R>(lanes);
         if HI {
-            scale_lanes::<R>(
-                &mut acc,
-                &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
-            );
+            hi_units::<R>(&mut acc, true);
         }
         let three = _mm512_set1_epi8(3);
         let four = _mm512_set1_epi8(4);
@@ -1152,7 +1146,7 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
         sub_block!(qs1, 1, 2, 4, |m| _mm512_srli_epi64::<4>(m));
         sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
         if HI {
-            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
+            hi_units::<R>(&mut acc, false);
         }
         store_lanes(&acc, lanes);
     }
@@ -1469,10 +1463,7 @@ unsafe fn iq2_hi<const R: usize>(
         // Every scale and code register was written.
         let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
         let mut acc = load_lanes::<R>(lanes);
-        scale_lanes::<R>(
-            &mut acc,
-            &[_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS],
-        );
+        hi_units::<R>(&mut acc, true);
         let mut tabs = [_mm512_setzero_ps(); PAIRS];
         for g in 0..8 {
             prefetch_part(ahead, g, 8);
@@ -1521,7 +1512,7 @@ unsafe fn iq2_hi<const R: usize>(
             step!(6);
             step!(7);
         }
-        scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS]);
+        hi_units::<R>(&mut acc, false);
         store_lanes(&acc, lanes);
     }
 }
@@ -1693,7 +1684,7 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
 const HI_INPUT_LOG2: i32 = 448;
 
 /// What the fused kernel of `kind` (for `mr ≥ 1` input rows, [`chunk`]) takes its inputs
-/// multiplied by: 2^448 for Q2_K, Q3_K, Q4_K and IQ2_XXS matrices that round to bf16, whose tables hold each
+/// multiplied by: 2^448 for Q2_K, Q3_K, Q4_K, IQ2_XXS and Q8_0 matrices that round to bf16, whose tables hold each
 /// weight `w` as the f64 `w · 2^−896` ([`hi_words`]), so that a product is `x·w · 2^−448` and
 /// the lanes run in units of 2^−448 while the block is multiplied; 1 (the inputs as they are)
 /// for the others.
@@ -1713,13 +1704,28 @@ pub(super) fn input_scale(kind: DirectKind, round_bf16: bool) -> f64 {
     if round_bf16
         && matches!(
             kind,
-            DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs
+            DirectKind::Q2K
+                | DirectKind::Q3K
+                | DirectKind::Q4K
+                | DirectKind::Iq2Xxs
+                | DirectKind::Q8_0
         )
     {
         2f64.powi(HI_INPUT_LOG2)
     } else {
         1.0
     }
+}
+
+/// A high-word kernel's accumulators into the inputs' units (2^−448: `into`) for its chunk,
+/// or back.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn hi_units<const R: usize>(acc: &mut [[__m512d; PAIRS]; R], into: bool) {
+    let f = 2f64.powi(if into { -HI_INPUT_LOG2 } else { HI_INPUT_LOG2 });
+    scale_lanes::<R>(acc, &[_mm512_set1_pd(f); PAIRS]);
 }
 
 /// Multiplies the `R·PANEL_STEP` lanes at `lanes` by `f` in place.
@@ -1734,6 +1740,28 @@ unsafe fn scale_lanes_in_memory<const R: usize>(lanes: *mut f64, f: f64) {
         scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(f); PAIRS]);
         store_lanes(&acc, lanes);
     }
+}
+
+/// One zero-masked permute instruction `$insn {r}{k}{z}, {a}, {b}` on registers, `r` starting
+/// as `$r` (the index or first table the instruction overwrites): written as the instruction
+/// itself, where the intrinsics compiled to an unmasked permute and an AND (one more vector
+/// instruction a step, and spilled registers). The caller is in an unsafe block that vouches
+/// for the instruction's features.
+macro_rules! zero_masked_permute {
+    ($insn:literal, $r:expr, ($a:expr, $b:expr), $k:expr) => {{
+        let mut r: __m512i = $r;
+        // SAFETY (the caller's): a register-only instruction; it reads and writes no memory and
+        // leaves the flags alone.
+        std::arch::asm!(
+            concat!($insn, " {r}{{{k}}}{{z}}, {a}, {b}"),
+            r = inout(zmm_reg) r,
+            a = in(zmm_reg) $a,
+            b = in(zmm_reg) $b,
+            k = in(kreg) $k,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        _mm512_castsi512_pd(r)
+    }};
 }
 
 /// Tables of f64 weights held by their high 32 bits (the low 32 are zero): sixteen bf16
@@ -1766,20 +1794,8 @@ unsafe fn hi_words(f: __m512i) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn hi_lookup(ta: __m512, idx: __m512i, tb: __m512) -> __m512d {
-    let mut r = idx;
-    // SAFETY: a register-only permute (AVX-512F, present per the caller); it reads and writes
-    // no memory and leaves the flags alone.
-    unsafe {
-        std::arch::asm!(
-            "vpermi2ps {r}{{{k}}}{{z}}, {ta}, {tb}",
-            r = inout(zmm_reg) r,
-            ta = in(zmm_reg) ta,
-            tb = in(zmm_reg) tb,
-            k = in(kreg) 0xaaaa_u16,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-        _mm512_castsi512_pd(r)
-    }
+    // SAFETY: AVX-512F, present per the caller.
+    unsafe { zero_masked_permute!("vpermi2ps", idx, (ta, tb), 0xaaaa_u16) }
 }
 
 /// Steps `2k` and `2k + 1` of a pair's weights from its high-word tables ([`hi_lookup`]) and
@@ -2009,8 +2025,7 @@ unsafe fn q4k_hi<const R: usize>(
         // Bit 4 of every code byte of the pair's second row (qword lanes 4..8): its table.
         let second = _mm512_maskz_set1_epi64(0xf0, 0x1010_1010_1010_1010);
         let mut acc = load_lanes::<R>(lanes);
-        let to_units = [_mm512_set1_pd(2f64.powi(-HI_INPUT_LOG2)); PAIRS];
-        scale_lanes::<R>(&mut acc, &to_units);
+        hi_units::<R>(&mut acc, true);
         for c in 0..4 {
             let mut codes = [_mm512_setzero_si512(); PAIRS];
             for (z, cz) in codes.iter_mut().enumerate() {
@@ -2060,8 +2075,7 @@ unsafe fn q4k_hi<const R: usize>(
                 two_steps!(3);
             }
         }
-        let from_units = [_mm512_set1_pd(2f64.powi(HI_INPUT_LOG2)); PAIRS];
-        scale_lanes::<R>(&mut acc, &from_units);
+        hi_units::<R>(&mut acc, false);
         store_lanes(&acc, lanes);
     }
 }
@@ -2141,20 +2155,8 @@ static MX_KVALUES_HI: [u32; 16] = {
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn hi_lookup16(idx: __m512i, table: __m512) -> __m512d {
-    let r: __m512i;
-    // SAFETY: a register-only permute (AVX-512F, present per the caller); it reads and writes
-    // no memory and leaves the flags alone.
-    unsafe {
-        std::arch::asm!(
-            "vpermps {r}{{{k}}}{{z}}, {idx}, {t}",
-            r = lateout(zmm_reg) r,
-            idx = in(zmm_reg) idx,
-            t = in(zmm_reg) table,
-            k = in(kreg) 0xaaaa_u16,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-        _mm512_castsi512_pd(r)
-    }
+    // SAFETY: AVX-512F, present per the caller.
+    unsafe { zero_masked_permute!("vpermps", idx, (idx, table), 0xaaaa_u16) }
 }
 
 /// One MXFP4 block's table, `d · kvalue` for the sixteen codes, widened to f64: the decoder's
@@ -2714,15 +2716,54 @@ unsafe fn q8_scale(b: &[u8]) -> __m512 {
     _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
+/// Q8_0 high words: for step `s` of a half block (`0..4`), the words of each qword lane `l`
+/// (column `4s + l % 4` of row `l / 4`, the first row's bf16 word `4s + l`, the second's
+/// `16 + 4s + l − 4`): word 2 the low half of its high dword (from the first source of the
+/// permute, [`q8_body`]'s `lower`), word 3 the high half (from the second, `upper`); words 0
+/// and 1 zeroed by the mask.
+static Q8_HI_WORDS: [[i16; 32]; 4] = {
+    let mut t = [[0i16; 32]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut l = 0;
+        while l < 8 {
+            let word = (4 * s + l % 4 + 16 * (l / 4)) as i16;
+            t[s][4 * l + 2] = word;
+            t[s][4 * l + 3] = 32 + word;
+            l += 1;
+        }
+        s += 1;
+    }
+    t
+};
+
+/// A Q8_0 step's eight f64 weights (high words) from a half block's `lower` and `upper` word
+/// halves ([`q8_body`]) by [`Q8_HI_WORDS`]' `idx`: one zero-masked two-source word permute,
+/// written as the one instruction (the intrinsic compiled to a permute and an AND).
+///
+/// # Safety
+/// AVX-512 F and BW must be present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q8_hi_step(lower: __m512i, idx: __m512i, upper: __m512i) -> __m512d {
+    // SAFETY: AVX-512 BW, present per the caller.
+    unsafe { zero_masked_permute!("vpermt2w", lower, (idx, upper), 0xcccc_cccc_u32) }
+}
+
 /// Q8_0 chunk (`kcl / 32` blocks a row): each pair's block decoded into its eight steps'
 /// operands (sixteen values of each row at a time, interleaved into step order, widened), then
 /// the FMAs; the pairs' chains are independent, so one pair's decode overlaps another's FMAs.
+/// With `HI` (`ROUND`, `R ≥ 1`, every `d` finite, the inputs scaled by [`input_scale`]) the
+/// rounded values become high words ([`hi_words`]' form, built on the bf16 words: the high
+/// half of the high dword is the word shifted right by 3 with its sign kept, the low half its
+/// three low bits at the top), one word permute a step puts each step's eight into place with
+/// no widening, and the lanes run in the inputs' units (2^−448) for the chunk.
 ///
 /// # Safety
 /// AVX-512 F, BW, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
-unsafe fn q8<const R: usize, const ROUND: bool>(
+unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
     (kcl, ahead): (usize, &[u8]),
     x: *const f64,
@@ -2734,7 +2775,12 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
     // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
     unsafe {
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
+        let hi_sel: [__m512i; 4] =
+            std::array::from_fn(|s| _mm512_loadu_si512(Q8_HI_WORDS[s].as_ptr().cast()));
         let mut acc = load_lanes::<R>(lanes);
+        if HI {
+            hi_units::<R>(&mut acc, true);
+        }
         for blk in 0..kcl / MX_VALUES {
             prefetch_part(ahead, blk, kcl / MX_VALUES);
             // The block's eight steps of inputs, once for every pair (a broadcast from memory
@@ -2757,6 +2803,17 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                     } else {
                         _mm512_setzero_si512()
                     };
+                    if HI {
+                        let upper = _mm512_and_si512(
+                            _mm512_srai_epi16::<3>(words),
+                            _mm512_set1_epi16(0x8fff_u16 as i16),
+                        );
+                        let lower = _mm512_slli_epi16::<13>(words);
+                        for (s, idx) in hi_sel.iter().enumerate() {
+                            w[4 * half + s] = q8_hi_step(lower, *idx, upper);
+                        }
+                        continue;
+                    }
                     for i in 0..2 {
                         let v = if ROUND {
                             words_to_f32(words, &Q8_PAIR_WORDS[i])
@@ -2773,9 +2830,34 @@ unsafe fn q8<const R: usize, const ROUND: bool>(
                 }
             }
         }
+        if HI {
+            hi_units::<R>(&mut acc, false);
+        }
         store_lanes(&acc, lanes);
     }
 }
+
+/// Whether a Q8_0 block's `d` is finite: then every value of the block is zero or an f32
+/// within 2^−24..2^23 (`d` at least 2^−24 where not zero, `q` an integer up to 128 in
+/// magnitude), an exact multiple of 2^−24.
+#[inline(always)]
+fn q8_finite(b: &[u8]) -> bool {
+    f16_finite(b, 0)
+}
+
+high_words_or_widened_kernel!(
+    /// Q8_0 chunk: the fused kernels of bf16-rounded matrices keep high words (`q8_body` with
+    /// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]), else
+    /// widen with the lanes in the inputs' units for the chunk; the packed panel and unrounded
+    /// matrices widen.
+    ///
+    /// # Safety
+    /// As [`q8_body`].
+    q8,
+    "avx512f,avx512bw,avx512bf16,f16c",
+    (DirectKind::Q8_0, q8_finite),
+    (q8_body::<R, true, true>, q8_body::<R, ROUND, false>)
+);
 
 /// Whether rounding to bf16 leaves every MXFP4 table value unchanged (the premise of
 /// [`mxfp4_tables`]), for exponent `e`.
