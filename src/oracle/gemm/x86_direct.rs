@@ -644,6 +644,22 @@ macro_rules! step_code {
     }};
 }
 
+/// The bits of each qword lane of `$v` from bit `$at` (a constant) on, brought to bit 32 (the
+/// low bits of the high dword, which the high-word permutes read as their index): a shift by
+/// the distance, left or right (a rotate would do both, but this machine runs a 512-bit rotate
+/// at half a shift's rate). Both shift counts stay below 256 (the immediates' range) either
+/// way. The caller is in an unsafe block that vouches for AVX-512F.
+macro_rules! to_high_dword {
+    ($at:expr, $v:expr) => {{
+        const AT: u32 = $at;
+        if AT >= 32 {
+            _mm512_srli_epi64::<{ (AT + 224) % 256 }>($v)
+        } else {
+            _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>($v)
+        }
+    }};
+}
+
 /// [`step_code!`] for the high-word permutes: step `t`'s code byte to byte 4 of each qword
 /// (the low byte of its high dword), by a shift of the row by the distance (even steps), or
 /// by a load from 4 bytes before byte `t` of the row (odd steps; for row 0 the bytes before it
@@ -655,10 +671,8 @@ macro_rules! step_code_hi {
         // lies within the struct.
         if $sh % 16 == 8 {
             _mm512_loadu_si512(at.wrapping_sub(4).add($sh / 8).cast())
-        } else if $sh >= 32 {
-            _mm512_srli_epi64::<{ ($sh + 224) % 256 }>(_mm512_load_si512(at.cast()))
         } else {
-            _mm512_slli_epi64::<{ (256 + 32 - $sh) % 256 }>(_mm512_load_si512(at.cast()))
+            to_high_dword!($sh, _mm512_load_si512(at.cast()))
         }
     }};
 }
@@ -874,11 +888,7 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
                     // and the high halves the second groups', as high words; then each pair's
                     // sixteen (its first group's eight, then its second's) by one 128-bit
                     // shuffle.
-                    let words = bf16_words(v[0], v[1]);
-                    let (first, second) =
-                        (hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words));
-                    tabs_hi[2 * zz] = _mm512_shuffle_f32x4::<0x44>(first, second);
-                    tabs_hi[2 * zz + 1] = _mm512_shuffle_f32x4::<0xee>(first, second);
+                    [tabs_hi[2 * zz], tabs_hi[2 * zz + 1]] = hi_tables_of_two_pairs(v);
                 } else {
                     [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
                 }
@@ -1479,26 +1489,16 @@ unsafe fn iq2_hi<const R: usize>(
                     let mag = _mm512_mul_ps(_mm512_permutexvar_ps(sel, scales[2 * zz + k]), levels);
                     *v = iq2_negate(0xff00, mag);
                 }
-                let words = bf16_words(v[0], v[1]);
-                let (first, second_rows) =
-                    (hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words));
-                tabs[2 * zz] = _mm512_shuffle_f32x4::<0x44>(first, second_rows);
-                tabs[2 * zz + 1] = _mm512_shuffle_f32x4::<0xee>(first, second_rows);
+                [tabs[2 * zz], tabs[2 * zz + 1]] = hi_tables_of_two_pairs(v);
             }
             let cs = iq2_lane_codes(codes, g);
-            // Step `t`'s code byte (byte `t` of each qword) to bits 32..40: a shift by the
-            // distance, left or right (both counts below 256 either way; see `mx_high_index!`).
+            // Step `t`'s code byte (byte `t` of each qword) to bits 32..40.
             macro_rules! step {
                 ($t:literal) => {{
                     let u = 8 * g + $t;
                     let xv = x_step::<R>(x, x_stride, u);
                     for z in 0..PAIRS {
-                        const AT: u32 = 8 * $t;
-                        let idx = if AT >= 32 {
-                            _mm512_srli_epi64::<{ (AT + 224) % 256 }>(cs[z])
-                        } else {
-                            _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>(cs[z])
-                        };
+                        let idx = to_high_dword!(8 * $t, cs[z]);
                         sink::<R>((u, z, hi_lookup16(idx, tabs[z])), &xv, &mut acc, lanes);
                     }
                 }};
@@ -1783,6 +1783,35 @@ unsafe fn hi_words(f: __m512i) -> __m512 {
     ))
 }
 
+/// [`bf16_words`]' words as two vectors of high words ([`hi_words`]): the low halves of
+/// the 32-bit lanes (the even words) and the high halves (the odd ones).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[inline(always)]
+unsafe fn hi_word_halves(words: __m512i) -> [__m512; 2] {
+    [hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words)]
+}
+
+/// Two pairs' sixteen-entry high-word tables from their table vectors `v` laid out to round
+/// together (lane `2e + k` entry `e` of the pair's table half `k`, as [`bf16_even_odd`]
+/// splits them): rounded at once, the even words are every pair's first eight entries and the
+/// odd words its second eight, and one 128-bit shuffle a pair puts its sixteen together.
+///
+/// # Safety
+/// AVX-512 F and BF16 must be present.
+#[inline(always)]
+unsafe fn hi_tables_of_two_pairs(v: [__m512; 2]) -> [__m512; 2] {
+    // SAFETY: the features are present.
+    unsafe {
+        let [first, second] = hi_word_halves(bf16_words(v[0], v[1]));
+        [
+            _mm512_shuffle_f32x4::<0x44>(first, second),
+            _mm512_shuffle_f32x4::<0xee>(first, second),
+        ]
+    }
+}
+
 /// A pair's eight weights (as f64, [`hi_words`] form) from the 32 high words of both rows'
 /// tables `ta` (the first row's) and `tb`, each qword lane's index in bits 0..5 of its high
 /// dword: one two-source permute into the odd dwords, the even ones zeroed.
@@ -2047,7 +2076,7 @@ unsafe fn q4k_hi<const R: usize>(
                         _mm512_fmsub_ps(d, levels[0], m),
                         _mm512_fmsub_ps(d, levels[1], m),
                     );
-                    tabs[z] = [hi_words(_mm512_slli_epi32::<16>(words)), hi_words(words)];
+                    tabs[z] = hi_word_halves(words);
                     let nib = if h == 0 {
                         codes[z]
                     } else {
@@ -2250,21 +2279,6 @@ macro_rules! mx_low_index {
     ($beta:literal, $t:literal, $codes:expr) => {
         _mm512_srli_epi64::<{ mx_code_at!($beta, $t) }>($codes)
     };
-}
-
-/// MXFP4: step `t` of block `beta`'s code in bits 0..4 of each qword lane's high dword (the
-/// high-word permutes' index): a shift by the distance to bit 32, left or right (a rotate
-/// would do both, but this machine runs a 512-bit rotate at half a shift's rate).
-macro_rules! mx_high_index {
-    ($beta:literal, $t:literal, $codes:expr) => {{
-        // Both shift counts stay below 256 (the immediates' range) either way.
-        const AT: u32 = mx_code_at!($beta, $t);
-        if AT >= 32 {
-            _mm512_srli_epi64::<{ (AT + 224) % 256 }>($codes)
-        } else {
-            _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>($codes)
-        }
-    }};
 }
 
 /// Nothing between an MXFP4 group's two blocks (the kernels whose weights carry their scale).
@@ -2516,7 +2530,7 @@ unsafe fn mx_scaled_chunk<const R: usize>(
             scale_lanes(&mut acc, &f);
             macro_rules! unscaled {
                 ($z:expr, $beta:literal, $t:literal, $codes:expr) => {
-                    hi_lookup16(mx_high_index!($beta, $t, $codes), kv_hi)
+                    hi_lookup16(to_high_dword!(mx_code_at!($beta, $t), $codes), kv_hi)
                 };
             }
             macro_rules! next_block_units {
@@ -2775,8 +2789,11 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
     // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
     unsafe {
         let sel = [load_i32(&Q8_PAIR_LANES[0]), load_i32(&Q8_PAIR_LANES[1])];
-        let hi_sel: [__m512i; 4] =
-            std::array::from_fn(|s| _mm512_loadu_si512(Q8_HI_WORDS[s].as_ptr().cast()));
+        // A loop, not a closure (see `x_step`).
+        let mut hi_sel = [_mm512_setzero_si512(); 4];
+        for (v, words) in hi_sel.iter_mut().zip(&Q8_HI_WORDS) {
+            *v = _mm512_loadu_si512(words.as_ptr().cast());
+        }
         let mut acc = load_lanes::<R>(lanes);
         if HI {
             hi_units::<R>(&mut acc, true);
