@@ -121,8 +121,8 @@ fn gemm_over_stored_blocks_equals_dequantize_then_gemm() {
 }
 
 /// Every path and thread count, over the blocks and over their f32 copy, gives the portable
-/// kernel's bits over the f32 copy, for 1 to 4 (the fused and direct kernels), 5, 8 and 16
-/// input rows.
+/// kernel's bits over the f32 copy, for 1 to 4 (the fused and direct kernels), 5, 8, 16 and 70
+/// input rows (two blocks of `MC` rows).
 fn stored_equals_dense(ty: GgmlType, bytes: &[u8], (n, k): (usize, usize), round_bf16: bool) {
     let stored = StoredMatrix::new("w", ty, n, k, Cow::Borrowed(bytes), round_bf16).expect("valid");
     let mut dense = vec![0f32; n * k];
@@ -132,7 +132,7 @@ fn stored_equals_dense(ty: GgmlType, bytes: &[u8], (n, k): (usize, usize), round
             .iter_mut()
             .for_each(|v| *v = golden_lens::num::bf16_round(*v));
     }
-    for m in [1, 2, 3, 4, 5, 8, 16] {
+    for m in [1, 2, 3, 4, 5, 8, 16, 70] {
         let x: Vec<f32> = values(m * k, 99)
             .into_iter()
             .map(golden_lens::num::bf16_round)

@@ -56,8 +56,16 @@ pub const MR: usize = 4;
 pub const KC: usize = 256;
 /// f64 values per packed step of a panel (NR outputs × 4 lanes).
 const PANEL_STEP: usize = NR * 4;
-/// Outputs per rayon task.
-const NB: usize = 4 * NR;
+/// Outputs per rayon task with `m` input rows: 4 panels for at most `MR` rows (a task
+/// streams its weights once; many tasks keep the threads balanced), 16 for more, so that a
+/// chunk of inputs brought into L2 serves 16 panels (see [`Job::passes`]).
+const fn task_width(m: usize) -> usize {
+    if m <= MR {
+        4 * NR
+    } else {
+        16 * NR
+    }
+}
 /// Input rows per pass over a task's weights (bounds the lane buffer to 64 × 48 × 4 f64).
 const MC: usize = 64;
 /// Below this many multiply-adds a GEMM runs on the calling thread.
@@ -191,9 +199,10 @@ fn run_job(
         w,
         row0: rows.start,
         n,
+        nb: task_width(m),
         round_bf16,
     };
-    let n_blocks = n.div_ceil(NB);
+    let n_blocks = n.div_ceil(job.nb);
     let blocks: Vec<Vec<f32>> = if m.saturating_mul(n).saturating_mul(k) < PAR_MIN_MACS {
         (0..n_blocks).map(|b| job.block(b)).collect()
     } else {
@@ -203,7 +212,7 @@ fn run_job(
             .collect()
     };
     for (b, blk) in blocks.iter().enumerate() {
-        let lo = b * NB;
+        let lo = b * job.nb;
         let width = blk.len() / m;
         for i in 0..m {
             y[i * n + lo..i * n + lo + width].copy_from_slice(&blk[i * width..(i + 1) * width]);
@@ -244,17 +253,20 @@ struct Job<'a> {
     /// Weight row of output 0.
     row0: usize,
     n: usize,
+    /// Outputs per task: [`task_width`] of `m`.
+    nb: usize,
     round_bf16: bool,
 }
 
 impl Job<'_> {
-    /// Outputs `b·NB .. (b+1)·NB` of every row, row-major `[m, width]`. Panel by panel: the
-    /// panel's 12 weight rows (decoded whole, once, when stored as blocks), then for every block
-    /// of input rows and every chunk of columns the packed chunk against the inputs.
+    /// Outputs `b·nb .. (b+1)·nb` of every row, row-major `[m, width]`: the task's panels of
+    /// 12 weight rows (decoded once, when stored as blocks in a type without a direct or table
+    /// kernel), each chunk packed and multiplied against the inputs in the order of
+    /// [`Job::passes`].
     fn block(&self, b: usize) -> Vec<f32> {
         let (m, k, k4) = (self.m, self.k, self.k4);
-        let o0 = b * NB;
-        let width = NB.min(self.n - o0);
+        let o0 = b * self.nb;
+        let width = self.nb.min(self.n - o0);
         if let WeightRows::Stored(sm) = self.w {
             #[cfg(target_arch = "x86_64")]
             if let Some(kind) = x86_direct::DirectKind::of(sm.ggml_type()) {
@@ -276,75 +288,139 @@ impl Job<'_> {
             }
             _ => None,
         };
-        let mut decoded = match self.w {
-            WeightRows::Stored(_) if bf16.is_none() => vec![0f32; NR * k],
-            _ => Vec::new(),
-        };
-        let mut lanes = vec![0f64; MC.min(m) * PANEL_STEP];
-        for p in 0..width.div_ceil(NR) {
-            let first = o0 + p * NR;
-            let live = NR.min(self.n - first);
-            let rows = match (self.w, bf16) {
-                (_, Some(bytes)) => Panel::Bf16(
-                    bytes[first * 2 * k..(first + live) * 2 * k]
-                        .chunks_exact(2 * k)
-                        .collect(),
-                ),
-                (WeightRows::F32(w), None) => Panel::F32(
-                    (0..live)
-                        .map(|q| &w[(self.row0 + first + q) * k..][..k])
-                        .collect(),
-                ),
-                (WeightRows::Stored(sm), None) => {
-                    for (q, row) in decoded.chunks_exact_mut(k.max(1)).take(live).enumerate() {
-                        sm.decode(self.row0 + first + q, 0, row);
-                    }
-                    Panel::F32(decoded.chunks_exact(k.max(1)).take(live).collect())
+        let np = width.div_ceil(NR);
+        // Every panel's rows decoded at once: the passes may visit the panels chunk by chunk.
+        let mut decoded = Vec::new();
+        if let (WeightRows::Stored(sm), None) = (self.w, bf16) {
+            decoded = vec![0f32; width * k];
+            for (q, row) in decoded.chunks_exact_mut(k.max(1)).enumerate() {
+                sm.decode(self.row0 + o0 + q, 0, row);
+            }
+        }
+        let live_of = |p: usize| NR.min(self.n - o0 - p * NR);
+        let panels: Vec<Panel<'_>> = (0..np)
+            .map(|p| {
+                let (first, live) = (o0 + p * NR, live_of(p));
+                match (self.w, bf16) {
+                    (_, Some(bytes)) => Panel::Bf16(
+                        bytes[first * 2 * k..(first + live) * 2 * k]
+                            .chunks_exact(2 * k)
+                            .collect(),
+                    ),
+                    (WeightRows::F32(w), None) => Panel::F32(
+                        (0..live)
+                            .map(|q| &w[(self.row0 + first + q) * k..][..k])
+                            .collect(),
+                    ),
+                    (WeightRows::Stored(_), None) => Panel::F32(
+                        decoded[p * NR * k..]
+                            .chunks_exact(k.max(1))
+                            .take(live)
+                            .collect(),
+                    ),
                 }
-            };
-            // A block of at most MR input rows reads a packed panel once, so where the path has
-            // a kernel that widens weights in registers it takes a full panel's rows as they
-            // lie, `k` values apart in every operand.
-            let direct = (has_rows_kernel(self.path) && m <= MR && live == NR).then(|| {
+            })
+            .collect();
+        // A block of at most MR input rows reads a packed panel once, so where the path has
+        // a kernel that widens weights in registers it takes a full panel's rows as they
+        // lie, `k` values apart in every operand.
+        let direct = |p: usize| {
+            let first = o0 + p * NR;
+            (has_rows_kernel(self.path) && m <= MR && live_of(p) == NR).then(|| {
                 match (self.w, bf16) {
                     (_, Some(bytes)) => RowsAt::Bf16(&bytes[first * 2 * k..(first + NR) * 2 * k]),
                     (WeightRows::F32(w), None) => {
                         RowsAt::F32(&w[(self.row0 + first) * k..][..NR * k])
                     }
-                    (WeightRows::Stored(_), None) => RowsAt::F32(&decoded[..NR * k]),
+                    (WeightRows::Stored(_), None) => RowsAt::F32(&decoded[p * NR * k..][..NR * k]),
                 }
-            });
-            for mc0 in (0..m).step_by(MC) {
-                let n_rows = MC.min(m - mc0);
-                let lanes = &mut lanes[..n_rows * PANEL_STEP];
-                lanes.fill(0.0);
-                for kc0 in (0..k4).step_by(KC) {
-                    let kcl = KC.min(k4 - kc0);
-                    let steps = kcl / 4;
-                    if let Some(panel) = direct {
-                        // m <= MR: the one block of rows, from row 0.
-                        let x = (&self.xp[kc0 * m..], kcl);
-                        let w = (panel.from(kc0), k);
-                        microkernel_rows(self.path, n_rows, x, w, steps, lanes);
-                        continue;
-                    }
-                    let wp = &mut wp[..steps * PANEL_STEP];
-                    pack_panel(self.path, &rows, (kc0, kcl), wp, steps);
-                    self.packed_rows((mc0, n_rows), (kc0, kcl), wp, steps, lanes);
+            })
+        };
+        let mut lanes = vec![0f64; self.lanes_len(np)];
+        self.passes(
+            np,
+            &mut lanes,
+            |p, (mc0, n_rows), (kc0, kcl), lanes| {
+                let steps = kcl / 4;
+                if let Some(panel) = direct(p) {
+                    // m <= MR: the one block of rows, from row 0.
+                    let x = (&self.xp[kc0 * m..], kcl);
+                    let w = (panel.from(kc0), k);
+                    microkernel_rows(self.path, n_rows, x, w, steps, lanes);
+                    return;
                 }
-                self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |r, q| {
+                let wp = &mut wp[..steps * PANEL_STEP];
+                pack_panel(self.path, &panels[p], (kc0, kcl), wp, steps);
+                self.packed_rows((mc0, n_rows), (kc0, kcl), wp, steps, lanes);
+            },
+            |p, (mc0, n_rows), lanes| {
+                let tail = |r: usize, q: usize| {
                     let mut tail = 0f64;
-                    if let Panel::F32(rows) = &rows {
+                    if let Panel::F32(rows) = &panels[p] {
                         let xr = &self.x[(mc0 + r) * k + k4..(mc0 + r + 1) * k];
                         for (a, b) in xr.iter().zip(&rows[q][k4..]) {
                             tail += f64::from(*a) * f64::from(*b);
                         }
                     }
                     tail
-                });
+                };
+                self.finish(lanes, (mc0, n_rows), (p, live_of(p)), width, &mut out, tail);
+            },
+        );
+        out
+    }
+
+    /// Lane values [`Job::passes`] needs for `np` panels.
+    fn lanes_len(&self, np: usize) -> usize {
+        let panels = if self.m > MR { np } else { 1 };
+        panels * MC.min(self.m) * PANEL_STEP
+    }
+
+    /// The order of a task's work over its `np` panels, its blocks of at most `MC` input rows
+    /// and its `KC` chunks of columns: `chunk(p, (mc0, n_rows), (kc0, kcl), lanes)` adds panel
+    /// `p`'s columns `kc0..kc0 + kcl` against input rows `mc0..mc0 + n_rows` into their lanes,
+    /// and once every chunk has, `done(p, (mc0, n_rows), lanes)` sums and rounds them.
+    ///
+    /// With at most `MR` input rows (a few KiB of inputs), panel by panel, so that each
+    /// panel's weights are read once, front to back. With more, chunk by chunk over every
+    /// panel, each panel's lanes kept: a chunk of `MC` rows' inputs is 128 KiB and stays in L2
+    /// while every panel of the task uses it, where a whole row of them (2.5 MiB for `k` 5120)
+    /// would come from L3 once for every panel. Either order adds each lane's products in
+    /// increasing column order, which is all the bits depend on.
+    fn passes(
+        &self,
+        np: usize,
+        lanes: &mut [f64],
+        mut chunk: impl FnMut(usize, (usize, usize), (usize, usize), &mut [f64]),
+        mut done: impl FnMut(usize, (usize, usize), &[f64]),
+    ) {
+        let (m, k4) = (self.m, self.k4);
+        let chunks = || (0..k4).step_by(KC).map(move |kc0| (kc0, KC.min(k4 - kc0)));
+        if m <= MR {
+            for p in 0..np {
+                let lanes = &mut lanes[..m * PANEL_STEP];
+                lanes.fill(0.0);
+                for cols in chunks() {
+                    chunk(p, (0, m), cols, lanes);
+                }
+                done(p, (0, m), lanes);
+            }
+            return;
+        }
+        for mc0 in (0..m).step_by(MC) {
+            let n_rows = MC.min(m - mc0);
+            let per = n_rows * PANEL_STEP;
+            let lanes = &mut lanes[..np * per];
+            lanes.fill(0.0);
+            for cols in chunks() {
+                for (p, lanes) in lanes.chunks_exact_mut(per).enumerate() {
+                    chunk(p, (mc0, n_rows), cols, lanes);
+                }
+            }
+            for (p, lanes) in lanes.chunks_exact(per).enumerate() {
+                done(p, (mc0, n_rows), lanes);
             }
         }
-        out
     }
 
     /// Lanes summed in the fixed tree, then the tail (`tail(r, q)` of input row `mc0 + r` and
@@ -395,8 +471,8 @@ impl Job<'_> {
         }
     }
 
-    /// The loop of the stored-block paths: panel by panel, block of input rows by block, chunk
-    /// by chunk, `chunk((first, live), (mc0, n_rows), (kc0, kcl), lanes, wp)` adds panel rows
+    /// The loop of the stored-block paths, in the order of [`Job::passes`]:
+    /// `chunk((first, live), (mc0, n_rows), (kc0, kcl), lanes, wp)` adds panel rows
     /// `first..first + live`'s columns `kc0..kc0 + kcl` against input rows
     /// `mc0..mc0 + n_rows` into their `lanes` (`wp`: a packed panel's room, empty with
     /// `fused`), then the lanes are summed and rounded into the outputs. A whole number of
@@ -407,31 +483,28 @@ impl Job<'_> {
         fused: bool,
         mut chunk: impl FnMut((usize, usize), (usize, usize), (usize, usize), &mut [f64], &mut [f64]),
     ) -> Vec<f32> {
-        let (m, k) = (self.m, self.k);
-        assert_eq!(self.k4, k, "stored blocks make whole steps");
-        let o0 = b * NB;
-        let width = NB.min(self.n - o0);
+        let m = self.m;
+        assert_eq!(self.k4, self.k, "stored blocks make whole steps");
+        let o0 = b * self.nb;
+        let width = self.nb.min(self.n - o0);
         let mut out = vec![0f32; m * width];
         let mut wp = if fused {
             Vec::new()
         } else {
             vec![0f64; KC / 4 * PANEL_STEP]
         };
-        let mut lanes = vec![0f64; MC.min(m) * PANEL_STEP];
-        for p in 0..width.div_ceil(NR) {
-            let first = o0 + p * NR;
-            let live = NR.min(self.n - first);
-            for mc0 in (0..m).step_by(MC) {
-                let n_rows = MC.min(m - mc0);
-                let lanes = &mut lanes[..n_rows * PANEL_STEP];
-                lanes.fill(0.0);
-                for kc0 in (0..k).step_by(KC) {
-                    let cols = (kc0, KC.min(k - kc0));
-                    chunk((first, live), (mc0, n_rows), cols, lanes, &mut wp);
-                }
-                self.finish(lanes, (mc0, n_rows), (p, live), width, &mut out, |_, _| 0.0);
-            }
-        }
+        let np = width.div_ceil(NR);
+        let panel = |p: usize| (o0 + p * NR, NR.min(self.n - o0 - p * NR));
+        let mut lanes = vec![0f64; self.lanes_len(np)];
+        self.passes(
+            np,
+            &mut lanes,
+            |p, rows_in, cols, lanes| chunk(panel(p), rows_in, cols, lanes, &mut wp),
+            |p, rows_in, lanes| {
+                let live = panel(p).1;
+                self.finish(lanes, rows_in, (p, live), width, &mut out, |_, _| 0.0);
+            },
+        );
         out
     }
 
@@ -797,7 +870,9 @@ mod tests {
     use super::*;
     use crate::oracle::ops::dot_f64;
 
-    /// Inputs with awkward values: mixed signs and magnitudes, exact zeros, negative zeros.
+    /// Inputs with awkward values: mixed signs, full f32 mantissas over some forty binades (so
+    /// that products round when summed, and a sum's bits depend on its order), exact zeros,
+    /// negative zeros.
     fn data(len: usize, salt: usize) -> Vec<f32> {
         (0..len)
             .map(|i| {
@@ -805,12 +880,28 @@ mod tests {
                 match h % 13 {
                     0 => 0.0,
                     1 => -0.0,
-                    _ => {
-                        bf16_round((h as f32 - 5003.0) / 97.0 * if h % 7 == 0 { 1e-3 } else { 1.0 })
-                    }
+                    _ => (h as f32 - 5003.0) / 97.3 * 2f32.powi((h % 41) as i32 - 20),
                 }
             })
             .collect()
+    }
+
+    /// Large products in every row's first eight columns, cancelled exactly `k / 2` columns
+    /// later: each lane's products in between are added to a large partial sum, so that how
+    /// they round, and with it the output's bits, depends on the order of the additions (with
+    /// [`data`] alone a reordered sum rounds to the same f32 almost always).
+    fn cancel_late(x: &mut [f32], w: &mut [f32], k: usize) {
+        for row in w.chunks_exact_mut(k) {
+            for c in 0..8 {
+                row[c] *= 2f32.powi(30);
+                row[c + k / 2] = -row[c];
+            }
+        }
+        for row in x.chunks_exact_mut(k) {
+            for c in 0..8 {
+                row[c + k / 2] = row[c];
+            }
+        }
     }
 
     #[test]
@@ -822,13 +913,18 @@ mod tests {
             (5, 515, 61),
             (9, 1030, 50),
             (70, 12, 13),
+            // More than MR rows, two blocks of MC rows, and more outputs than a task holds
+            // (a ragged last task and panel): the chunk-outer order over a task's panels.
+            (70, 1030, 205),
             // At most MR rows against whole panels: the row kernels.
             (1, 515, 30),
             (2, 12, 24),
             (4, 1030, 25),
         ] {
-            let x = data(m * k, 1);
-            let w = data(n * k, 2);
+            let (mut x, mut w) = (data(m * k, 1), data(n * k, 2));
+            if k >= 32 {
+                cancel_late(&mut x, &mut w, k);
+            }
             let want: Vec<u32> = (0..m * n)
                 .map(|idx| dot_f64(&x[idx / n * k..][..k], &w[idx % n * k..][..k]).to_bits())
                 .collect();
