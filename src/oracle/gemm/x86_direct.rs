@@ -1743,11 +1743,28 @@ unsafe fn scale_lanes_in_memory<const R: usize>(lanes: *mut f64, f: f64) {
 }
 
 /// One zero-masked permute instruction `$insn {r}{k}{z}, {a}, {b}` on registers, `r` starting
-/// as `$r` (the index or first table the instruction overwrites): written as the instruction
-/// itself, where the intrinsics compiled to an unmasked permute and an AND (one more vector
-/// instruction a step, and spilled registers). The caller is in an unsafe block that vouches
-/// for the instruction's features.
+/// as `$r` (the index or first table the instruction overwrites), or with `out` only written
+/// (an instruction such as `vpermps` whose destination is no operand: zero-masked, its old
+/// value is not read, so the register allocator may give it an operand's register, where an
+/// input-output `r` made it copy the index into a register of its own before every step):
+/// written as the instruction itself, where the intrinsics compiled to an unmasked permute
+/// and an AND (one more vector instruction a step, and spilled registers). The caller is in an
+/// unsafe block that vouches for the instruction's features.
 macro_rules! zero_masked_permute {
+    (out $insn:literal, ($a:expr, $b:expr), $k:expr) => {{
+        let r: __m512i;
+        // SAFETY (the caller's): a register-only instruction; it reads and writes no memory and
+        // leaves the flags alone; it reads its operands before it writes `r`.
+        std::arch::asm!(
+            concat!($insn, " {r}{{{k}}}{{z}}, {a}, {b}"),
+            r = lateout(zmm_reg) r,
+            a = in(zmm_reg) $a,
+            b = in(zmm_reg) $b,
+            k = in(kreg) $k,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        _mm512_castsi512_pd(r)
+    }};
     ($insn:literal, $r:expr, ($a:expr, $b:expr), $k:expr) => {{
         let mut r: __m512i = $r;
         // SAFETY (the caller's): a register-only instruction; it reads and writes no memory and
@@ -2185,7 +2202,7 @@ static MX_KVALUES_HI: [u32; 16] = {
 #[target_feature(enable = "avx512f")]
 unsafe fn hi_lookup16(idx: __m512i, table: __m512) -> __m512d {
     // SAFETY: AVX-512F, present per the caller.
-    unsafe { zero_masked_permute!("vpermps", idx, (idx, table), 0xaaaa_u16) }
+    unsafe { zero_masked_permute!(out "vpermps", (idx, table), 0xaaaa_u16) }
 }
 
 /// One MXFP4 block's table, `d · kvalue` for the sixteen codes, widened to f64: the decoder's
