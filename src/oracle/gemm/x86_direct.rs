@@ -1751,32 +1751,28 @@ unsafe fn scale_lanes_in_memory<const R: usize>(lanes: *mut f64, f: f64) {
 /// and an AND (one more vector instruction a step, and spilled registers). The caller is in an
 /// unsafe block that vouches for the instruction's features.
 macro_rules! zero_masked_permute {
-    (out $insn:literal, ($a:expr, $b:expr), $k:expr) => {{
-        let r: __m512i;
+    // The instruction itself, `$r` its destination operand given as `$dir` (`inout` or
+    // `lateout`).
+    (@asm $insn:literal, $dir:ident $r:ident, ($a:expr, $b:expr), $k:expr) => {
         // SAFETY (the caller's): a register-only instruction; it reads and writes no memory and
         // leaves the flags alone; it reads its operands before it writes `r`.
         std::arch::asm!(
             concat!($insn, " {r}{{{k}}}{{z}}, {a}, {b}"),
-            r = lateout(zmm_reg) r,
+            r = $dir(zmm_reg) $r,
             a = in(zmm_reg) $a,
             b = in(zmm_reg) $b,
             k = in(kreg) $k,
             options(pure, nomem, nostack, preserves_flags),
-        );
+        )
+    };
+    (out $insn:literal, ($a:expr, $b:expr), $k:expr) => {{
+        let r: __m512i;
+        zero_masked_permute!(@asm $insn, lateout r, ($a, $b), $k);
         _mm512_castsi512_pd(r)
     }};
     ($insn:literal, $r:expr, ($a:expr, $b:expr), $k:expr) => {{
         let mut r: __m512i = $r;
-        // SAFETY (the caller's): a register-only instruction; it reads and writes no memory and
-        // leaves the flags alone.
-        std::arch::asm!(
-            concat!($insn, " {r}{{{k}}}{{z}}, {a}, {b}"),
-            r = inout(zmm_reg) r,
-            a = in(zmm_reg) $a,
-            b = in(zmm_reg) $b,
-            k = in(kreg) $k,
-            options(pure, nomem, nostack, preserves_flags),
-        );
+        zero_masked_permute!(@asm $insn, inout r, ($a, $b), $k);
         _mm512_castsi512_pd(r)
     }};
 }
