@@ -902,31 +902,47 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
                 }
             }};
         }
+        // Sub-block `sub`'s tables of every pair into `$tabs` (or `$tabs_hi`).
+        macro_rules! tables {
+            ($sub:expr, $tabs:ident, $tabs_hi:ident) => {{
+                let sub = $sub;
+                let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
+                for zz in 0..PAIRS / 2 {
+                    // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz,
+                    // 2zz + 1 (`dl · q` is exact in f32, `dl = d · sc` having at most 15
+                    // significant bits and `q` two, so `fmsub` rounds where the decoder's
+                    // subtraction does).
+                    let mut v = [_mm512_setzero_ps(); 2];
+                    for (k, v) in v.iter_mut().enumerate() {
+                        let s = &ss[2 * zz + k];
+                        let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
+                        let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
+                        *v = _mm512_fmsub_ps(dl, levels, ml);
+                    }
+                    if HI {
+                        // Rounded together, the words' low halves are the first groups'
+                        // values and the high halves the second groups', as high words; then
+                        // each pair's sixteen (its first group's eight, then its second's) by
+                        // one 128-bit shuffle.
+                        [$tabs_hi[2 * zz], $tabs_hi[2 * zz + 1]] = hi_tables_of_two_pairs(v);
+                    } else {
+                        [$tabs[2 * zz], $tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
+                    }
+                }
+            }};
+        }
+        // The next sub-block's tables are built before this one's steps, so that their chain
+        // of permutes, roundings and shuffles runs while the steps do (built after them, it
+        // waited for the steps ahead of it in the schedulers at every sub-block).
+        tables!(0, tabs, tabs_hi);
+        let (mut next, mut next_hi) = (tabs, tabs_hi);
         for sub in 0..8 {
             prefetch_part(ahead, sub, 8);
-            let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
-            for zz in 0..PAIRS / 2 {
-                // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1
-                // (`dl · q` is exact in f32, `dl = d · sc` having at most 15 significant bits
-                // and `q` two, so `fmsub` rounds where the decoder's subtraction does).
-                let mut v = [_mm512_setzero_ps(); 2];
-                for (k, v) in v.iter_mut().enumerate() {
-                    let s = &ss[2 * zz + k];
-                    let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
-                    let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
-                    *v = _mm512_fmsub_ps(dl, levels, ml);
-                }
-                if HI {
-                    // Rounded together, the words' low halves are the first groups' values
-                    // and the high halves the second groups', as high words; then each pair's
-                    // sixteen (its first group's eight, then its second's) by one 128-bit
-                    // shuffle.
-                    [tabs_hi[2 * zz], tabs_hi[2 * zz + 1]] = hi_tables_of_two_pairs(v);
-                } else {
-                    [tabs[2 * zz], tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
-                }
+            if sub + 1 < 8 {
+                tables!(sub + 1, next, next_hi);
             }
             eight_steps!(step, sc, 8 * sub);
+            (tabs, tabs_hi) = (next, next_hi);
         }
         if HI {
             hi_units::<R>(&mut acc, false);
