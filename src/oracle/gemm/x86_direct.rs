@@ -24,10 +24,10 @@
 //!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its
 //!   pairs' step codes in memory and takes every odd step's (on its high-word route every
 //!   step's) by a load at a byte offset instead of a shift ([`StepCodes`]): the table builds
-//!   and the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS looks its grid up in registers first: byte
-//!   permutes over the 512-byte grid (four `vpermi2b` per row block) give each eight values'
-//!   level indices, a bit-field shuffle (`vpmultishiftqb`) and a 128-byte permute their sign
-//!   bits.
+//!   and the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS
+//!   looks its grid up in registers first: byte permutes over the 512-byte grid (four
+//!   `vpermi2b` per row block) give each eight values' level indices, a bit-field shuffle
+//!   (`vpmultishiftqb`) and a 128-byte permute their sign bits.
 //!
 //! - **Scaled lanes.** MXFP4's common case (every scale of a panel's chunk below
 //!   [`MX_F32_FROM`]) multiplies by one shared table of kvalues and no scale at all: the fused
@@ -53,7 +53,7 @@
 use super::{KC, MR, NR, PANEL_STEP};
 #[cfg(test)]
 use crate::gguf::quant::rows::round_bf16_one;
-use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4};
+use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4, u32_at};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -764,38 +764,32 @@ fn q2k_levels<const ROUND: bool>() -> [f32; 16] {
 /// (sc >> 4)` by halves of the block, as [`block_halves`] lays them out: `[dl 0, dl 1, ml 0,
 /// ml 1]`, half `j` holding `a`'s groups `8j..8j + 8`, then `b`'s. Each half's sixteen scale
 /// bytes are gathered from both rows before they are widened, and both rows' `d` and `dmin`
-/// converted at once, so a pair costs two cross-lane permutes where widening each row's
-/// sixteen, broadcasting its two scales and regrouping the halves cost eight more. The
-/// products are the decoder's (`d · f32(sc & 15)`, rounded once), so the values are.
+/// converted at once and spread by one permute each: four cross-lane instructions a pair,
+/// where widening each row's sixteen, broadcasting its two scales and regrouping the halves
+/// took ten. The products are the decoder's (`d · f32(sc & 15)`, rounded once), so the
+/// values are.
 ///
 /// # Safety
 /// AVX-512F and F16C must be present; `a` and `b` must be whole Q2_K blocks.
 #[inline(always)]
 unsafe fn q2k_pair_scales(a: &[u8], b: &[u8]) -> [__m512; 4] {
     debug_assert!(a.len() == kquants::Q2_K_BLOCK_BYTES && b.len() == a.len());
-    let u32_at = |r: &[u8], i: usize| i32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-    let u64_at = |r: &[u8], i: usize| {
-        i64::from_le_bytes([
-            r[i],
-            r[i + 1],
-            r[i + 2],
-            r[i + 3],
-            r[i + 4],
-            r[i + 5],
-            r[i + 6],
-            r[i + 7],
-        ])
-    };
     // SAFETY (whole body): a block is 84 bytes: the scales at 0..16, d and dmin at 80..84.
     unsafe {
         // [d a, dmin a, d b, dmin b].
-        let dd = _mm_cvtph_ps(_mm_set_epi32(0, 0, u32_at(b, 80), u32_at(a, 80)));
+        let dd = _mm_cvtph_ps(_mm_set_epi32(
+            0,
+            0,
+            u32_at(b, 80) as i32,
+            u32_at(a, 80) as i32,
+        ));
         let dd = _mm512_castps128_ps512(dd);
         let d = _mm512_permutexvar_ps(load_i32(&Q2K_PAIR_SCALE_LANES[0]), dd);
         let dmin = _mm512_permutexvar_ps(load_i32(&Q2K_PAIR_SCALE_LANES[1]), dd);
         let mut out = [_mm512_setzero_ps(); 4];
         for j in 0..2 {
-            let sc = _mm512_cvtepu8_epi32(_mm_set_epi64x(u64_at(b, 8 * j), u64_at(a, 8 * j)));
+            let half = |r: &[u8]| _mm_loadl_epi64(r.as_ptr().add(8 * j).cast());
+            let sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(half(a), half(b)));
             let lo = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(0x0f)));
             let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(sc));
             out[j] = _mm512_mul_ps(d, lo);
