@@ -283,17 +283,25 @@ unsafe fn load_u8(v: &[u8; 64]) -> __m512i {
     unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
 }
 
-/// The body of a kernel with a high-word route (Q3_K, Q4_K) for `R` rows and `ROUND`: the
-/// high-word route `$hi` for fused rounded chunks whose every row passes `$finite`, else the
-/// widened route `$widened`, inside lanes scaled to the inputs' units ([`input_scale`]) where
-/// the inputs came scaled.
+/// The body of a kernel with a high-word route (Q2_K, Q3_K, Q4_K, IQ2_XXS, Q8_0) for `R`
+/// rows and `ROUND`: the high-word route `$hi` for fused rounded chunks whose every row passes
+/// `$finite`, else the widened route `$widened`, inside lanes scaled to the inputs' units
+/// ([`input_scale`]) where the inputs came scaled. With `try` in place of `$finite`, `$hi`
+/// itself says whether it took the chunk (true), else it left the lanes as they were.
 macro_rules! high_words_or_widened {
+    (($kind:expr, try, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
+        high_words_or_widened!(@route ($kind, $hi, $lanes), $widened)
+    }};
     (($kind:expr, $finite:ident, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
-        if R == 0 || !ROUND {
+        high_words_or_widened!(
+            @route ($kind, all_rows($rows, $finite) && { $hi; true }, $lanes),
             $widened
-        } else if all_rows($rows, $finite) {
-            $hi
-        } else {
+        )
+    }};
+    (@route ($kind:expr, $took:expr, $lanes:ident), $widened:expr) => {{
+        if R == 0 || !ROUND {
+            $widened;
+        } else if !$took {
             let s = input_scale($kind, ROUND);
             scale_lanes_in_memory::<R>($lanes, s);
             $widened;
@@ -306,7 +314,7 @@ macro_rules! high_words_or_widened {
 /// the widened one `$widened` (functions of `run`'s operands, which may name the kernel's `R`
 /// and `ROUND`) by [`high_words_or_widened!`].
 macro_rules! high_words_or_widened_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:ident), ($hi:expr, $widened:expr)) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:tt), ($hi:expr, $widened:expr)) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
         unsafe fn $name<const R: usize, const ROUND: bool>(
@@ -2823,11 +2831,16 @@ unsafe fn q8_hi_step(lower: __m512i, idx: __m512i, upper: __m512i) -> __m512d {
 /// Q8_0 chunk (`kcl / 32` blocks a row): each pair's block decoded into its eight steps'
 /// operands (sixteen values of each row at a time, interleaved into step order, widened), then
 /// the FMAs; the pairs' chains are independent, so one pair's decode overlaps another's FMAs.
-/// With `HI` (`ROUND`, `R ≥ 1`, every `d` finite, the inputs scaled by [`input_scale`]) the
-/// rounded values become high words ([`hi_words`]' form, built on the bf16 words: the high
-/// half of the high dword is the word shifted right by 3 with its sign kept, the low half its
-/// three low bits at the top), one word permute a step puts each step's eight into place with
-/// no widening, and the lanes run in the inputs' units (2^−448) for the chunk.
+/// With `HI` (`ROUND`, `R ≥ 1`, the inputs scaled by [`input_scale`]) the rounded values
+/// become high words ([`hi_words`]' form, built on the bf16 words: the high half of the high
+/// dword is the word shifted right by 3 with its sign kept, the low half its three low bits
+/// at the top), one word permute a step puts each step's eight into place with no widening,
+/// and the lanes run in the inputs' units (2^−448) for the chunk. High words are exact only
+/// for finite values: where a block's `d` is not (every value then infinite, NaN or zero
+/// times infinity), the kernel returns false and leaves the lanes as they were; else true.
+/// (Every value of a block with a finite `d` is zero or an f32 within 2^−24..2^23, an exact
+/// multiple of 2^−24: `d` at least 2^−24 where not zero, `q` an integer up to 128 in
+/// magnitude.)
 ///
 /// # Safety
 /// AVX-512 F, BW, BF16 and F16C must be present; the operands as [`run`] describes
@@ -2839,7 +2852,7 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
     x: *const f64,
     x_stride: usize,
     lanes: *mut f64,
-) {
+) -> bool {
     let bb = legacy::Q8_0_BLOCK_BYTES;
     // SAFETY (whole body): every row holds `kcl / 32` blocks (checked by `chunk`); `x` holds R
     // rows of kcl values `x_stride` apart and `lanes` R·PANEL_STEP values.
@@ -2854,6 +2867,7 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
         if HI {
             hi_units::<R>(&mut acc, true);
         }
+        let mut carries = 0u16;
         for blk in 0..kcl / MX_VALUES {
             prefetch_part(ahead, blk, kcl / MX_VALUES);
             // The block's eight steps of inputs, once for every pair (a broadcast from memory
@@ -2865,6 +2879,13 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
             for z in 0..PAIRS {
                 let (a, b) = (&rows[2 * z][bb * blk..], &rows[2 * z + 1][bb * blk..]);
                 let (da, db) = (q8_scale(a), q8_scale(b));
+                if HI {
+                    // An f16 exponent field plus one carries into bit 15 exactly when it is
+                    // all ones (infinity or NaN).
+                    for r in [a, b] {
+                        carries |= (u16::from_le_bytes([r[0], r[1]]) & 0x7c00) + 0x0400;
+                    }
+                }
                 let mut w = [_mm512_setzero_pd(); 8];
                 for half in 0..2 {
                     let va = q8_values(a.as_ptr().add(2 + 16 * half), da);
@@ -2903,32 +2924,32 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
                 }
             }
         }
+        if carries & 0x8000 != 0 {
+            // A scale is not finite, so neither are some high words: the lanes as they were.
+            return false;
+        }
         if HI {
             hi_units::<R>(&mut acc, false);
         }
         store_lanes(&acc, lanes);
+        true
     }
-}
-
-/// Whether a Q8_0 block's `d` is finite: then every value of the block is zero or an f32
-/// within 2^−24..2^23 (`d` at least 2^−24 where not zero, `q` an integer up to 128 in
-/// magnitude), an exact multiple of 2^−24.
-#[inline(always)]
-fn q8_finite(b: &[u8]) -> bool {
-    f16_finite(b, 0)
 }
 
 high_words_or_widened_kernel!(
     /// Q8_0 chunk: the fused kernels of bf16-rounded matrices keep high words (`q8_body` with
-    /// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]), else
-    /// widen with the lanes in the inputs' units for the chunk; the packed panel and unrounded
-    /// matrices widen.
+    /// `HI`, the inputs scaled by [`input_scale`]) unless a block's `d` is not finite, which
+    /// that kernel finds on its way (a scalar check of each scale it reads, on integer pipes
+    /// the vector work leaves idle, where checking every block's scale first took a tenth of
+    /// the kernel's time) and then leaves the lanes as they were; then, as for the packed
+    /// panel and unrounded matrices, the chunk widens (with the lanes in the inputs' units
+    /// where they came scaled).
     ///
     /// # Safety
     /// As [`q8_body`].
     q8,
     "avx512f,avx512bw,avx512bf16,f16c",
-    (DirectKind::Q8_0, q8_finite),
+    (DirectKind::Q8_0, try),
     (q8_body::<R, true, true>, q8_body::<R, ROUND, false>)
 );
 
