@@ -766,7 +766,7 @@ mod tests {
     /// infinite `d` in its last block.
     #[cfg(target_arch = "x86_64")]
     fn high_words_at_the_extremes(ty: GgmlType, put: fn(&mut [u8], (u16, u16))) {
-        use super::super::x86_direct::{chunk, input_scale, supported, DirectKind};
+        use super::super::x86_direct::{chunk, input_scale, panel, supported, DirectKind};
         if !supported() {
             return;
         }
@@ -823,6 +823,37 @@ mod tests {
                         a.to_bits(),
                         b.to_bits(),
                         "{} chunk {kc0} rows {mr} lane {i}: {a:e} vs {b:e}",
+                        ty.name()
+                    );
+                }
+            }
+        }
+        // Whole panels: the first five chunks (every scale finite: for the K-quants and
+        // IQ2_XXS the lanes stay in the high words' units from the first chunk to the last)
+        // and all six (one infinite scale: chunk by chunk, each on its own route), the next
+        // panel's bytes to prefetch, each chunk's inputs as the GEMM lays them out.
+        for chunks in [5, 6] {
+            let cols = chunks * KC;
+            let rows: [&[u8]; NR] = std::array::from_fn(|q| sm.blocks(q, 0, cols));
+            for mr in 1..=MR_ROWS {
+                let mut want: Vec<f64> =
+                    (0..mr * PANEL_STEP).map(|i| init[i / PANEL_STEP]).collect();
+                let mut got = want.clone();
+                let mut xp = Vec::with_capacity(mr * cols);
+                for kc0 in (0..cols).step_by(KC) {
+                    let mut w = vec![0f32; NR * KC];
+                    for (q, row) in w.chunks_exact_mut(KC).enumerate() {
+                        sm.decode(q, kc0, row);
+                    }
+                    add_definition(&mut want, mr, &x, (&w, KC));
+                    xp.extend_from_slice(&xs[..mr * KC]);
+                }
+                panel(dk, true, &rows, (cols, rows[3]), mr, &xp, &mut got);
+                for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{} panel of {chunks} chunks rows {mr} lane {i}: {a:e} vs {b:e}",
                         ty.name()
                     );
                 }

@@ -508,6 +508,30 @@ impl Job<'_> {
         out
     }
 
+    /// [`Job::by_chunks`] for at most `MR` input rows whose kernel takes a whole panel:
+    /// `panel((first, live), lanes)` adds panel rows `first..first + live`'s every column
+    /// against the input rows into their zeroed `lanes`, then they are summed and rounded into
+    /// the outputs.
+    #[cfg(target_arch = "x86_64")]
+    fn by_panels(&self, b: usize, mut panel: impl FnMut((usize, usize), &mut [f64])) -> Vec<f32> {
+        let m = self.m;
+        assert!(
+            m <= MR && self.k4 == self.k,
+            "a few input rows, whole steps"
+        );
+        let o0 = b * self.nb;
+        let width = self.nb.min(self.n - o0);
+        let mut out = vec![0f32; m * width];
+        let mut lanes = vec![0f64; m * PANEL_STEP];
+        for p in 0..width.div_ceil(NR) {
+            let live = NR.min(self.n - o0 - p * NR);
+            lanes.fill(0.0);
+            panel((o0 + p * NR, live), &mut lanes);
+            self.finish(&lanes, (0, m), (p, live), width, &mut out, |_, _| 0.0);
+        }
+        out
+    }
+
     /// [`Job::block`] over a matrix whose blocks have a direct kernel (`x86_direct`): chunk by
     /// chunk, the panel's blocks decoded in registers, straight into the FMAs for at most `MR`
     /// input rows, else into the packed panel the microkernel reads. A ragged last panel
@@ -529,6 +553,29 @@ impl Job<'_> {
             sm.rows_bytes(self.row0 + first..self.row0 + first + count)
                 .expect("panel rows inside the matrix")
         };
+        // The next panel's bytes (contiguous: rows follow each other), a chunk's share at a
+        // time, so they arrive while this panel is multiplied. Software prefetch: a panel
+        // reads a dozen rows a chunk at a time, too many interleaved streams for the hardware
+        // prefetcher. The fused kernels spread each share over their steps.
+        let next_panel = |first: usize| {
+            let next = self.row0 + first + NR;
+            if next < sm.rows() {
+                rows_of(first + NR, NR.min(sm.rows() - next))
+            } else {
+                &[]
+            }
+        };
+        if fused {
+            // m <= MR: a whole panel a call, the one block of rows (from row 0) scaled where
+            // the kernel wants.
+            return self.by_panels(b, |(first, live), lanes| {
+                let panel = rows_of(first, live);
+                let rows: [&[u8]; NR] =
+                    std::array::from_fn(|q| &panel[q.min(live - 1) * row_bytes..][..row_bytes]);
+                let ahead = next_panel(first);
+                x86_direct::panel(kind, round, &rows, (k, ahead), m, self.xf, lanes);
+            });
+        }
         self.by_chunks(b, fused, |(first, live), rows_in, (kc0, kcl), lanes, wp| {
             let panel = rows_of(first, live);
             let (at, len) = (kc0 / bv * bb, kcl / bv * bb);
@@ -536,24 +583,14 @@ impl Job<'_> {
                 let row = &panel[q.min(live - 1) * row_bytes..][..row_bytes];
                 &row[at..at + len]
             });
-            // The next panel's bytes (contiguous: rows follow each other), a chunk's share at
-            // a time, so they arrive while this panel is multiplied. Software prefetch: a
-            // panel reads a dozen rows a chunk at a time, too many interleaved streams for
-            // the hardware prefetcher. The fused kernels spread the share over their steps.
-            let next = self.row0 + first + NR;
-            let ahead = if rows_in.0 == 0 && next < sm.rows() {
-                let ahead = rows_of(first + NR, NR.min(sm.rows() - next));
+            let ahead = if rows_in.0 == 0 {
+                let ahead = next_panel(first);
                 let share = ahead.len().div_ceil(n_chunks);
                 let lo = (kc0 / KC * share).min(ahead.len());
                 &ahead[lo..(lo + share).min(ahead.len())]
             } else {
                 &[]
             };
-            if fused {
-                // m <= MR: the one block of rows, from row 0, scaled where the kernel wants.
-                let x = (&self.xf[kc0 * m..], kcl);
-                return x86_direct::chunk(kind, round, &rows, (kcl, ahead), rows_in.1, x, lanes);
-            }
             crate::gguf::quant::rows::prefetch_to_l2(ahead);
             let steps = kcl / 4;
             let wp = &mut wp[..steps * PANEL_STEP];

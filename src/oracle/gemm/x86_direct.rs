@@ -45,7 +45,9 @@
 //!   the chunk, a power-of-two scaling that keeps every bit (the proof is at [`input_scale`]).
 //!
 //! Every accumulator is a pair of outputs' four lanes (the layout of `super::x86::avx512`) and
-//! sees its steps in increasing order. For more input rows the same decode writes each step's
+//! sees its steps in increasing order. The GEMM hands the fused kernels a whole panel at a
+//! time ([`panel`]): checked once, and on the high-word route with the accumulators in
+//! registers from its first chunk to its last. For more input rows the same decode writes each step's
 //! weights to the packed panel instead ([`expand`]), which the panel microkernel then reads
 //! once per block of `MR` rows. Q8_0 (`f32(q) · d`, no table) decodes sixteen values of a row
 //! at a time and interleaves the pair's rows into step order.
@@ -163,6 +165,184 @@ pub(super) fn expand(
         (std::ptr::null(), 0),
         wp.as_mut_ptr(),
     );
+}
+
+/// [`chunk`] over every chunk of a full panel of `NR` weight rows, `rows[q]` a row's blocks
+/// of all `k` columns, with `ahead` the next panel's bytes (prefetched to L2 a chunk's share
+/// at a time) and `x` the `mr` input rows chunk by chunk (chunk `kc0..kc0 + kcl` at
+/// `kc0 · mr`, its rows `kcl` apart, as the GEMM lays them out), scaled as [`chunk`] says.
+/// One call a panel: the operands are checked once, and where the whole panel takes the
+/// high-word route (Q2_K, Q3_K, Q4_K and IQ2_XXS matrices that round to bf16, every scale of
+/// the panel finite) the accumulators stay in registers and in the high words' units from
+/// the first chunk to the last. Elsewhere chunk by chunk through [`chunk`]. The bits are
+/// those of [`chunk`] chunk after chunk (a power-of-two scaling of the lanes, exact, is all
+/// that moves). Panics as [`chunk`] does.
+pub(super) fn panel(
+    kind: DirectKind,
+    round_bf16: bool,
+    rows: &[&[u8]; NR],
+    (k, ahead): (usize, &[u8]),
+    mr: usize,
+    x: &[f64],
+    lanes: &mut [f64],
+) {
+    let (bv, bb) = block_shape(kind);
+    assert!(
+        (1..=MR).contains(&mr)
+            && k % bv == 0
+            && all_rows(rows, |r| r.len() == k / bv * bb)
+            && x.len() >= mr * k
+            && lanes.len() >= mr * PANEL_STEP,
+        "direct panel operands too short"
+    );
+    let chunks = k.div_ceil(KC);
+    let share = ahead.len().div_ceil(chunks.max(1));
+    let ahead_of = |c: usize| {
+        let lo = (c * share).min(ahead.len());
+        &ahead[lo..(lo + share).min(ahead.len())]
+    };
+    let hi = round_bf16
+        && match kind {
+            // The scales' words, as `q2k_finite` and the others read them.
+            DirectKind::Q2K => panel_finite::<{ kquants::Q2_K_BLOCK_BYTES }, 80>(rows, TWO_F16),
+            DirectKind::Q3K => {
+                panel_finite::<{ kquants::Q3_K_BLOCK_BYTES }, 106>(rows, 0x7c00 << 16)
+            }
+            DirectKind::Q4K => panel_finite::<{ kquants::Q4_K_BLOCK_BYTES }, 0>(rows, TWO_F16),
+            DirectKind::Iq2Xxs => panel_finite::<{ iq2xxs::BLOCK_BYTES }, 0>(rows, 0x7c00),
+            DirectKind::Mxfp4 | DirectKind::Q8_0 => false,
+        };
+    if hi {
+        assert!(
+            supported(),
+            "the direct kernels need AVX-512 F, BW, DQ, VL, VBMI and BF16 and F16C"
+        );
+        // Whole blocks of `KC` values (one a row a chunk): checked above.
+        let p = PanelRows {
+            rows,
+            chunk_bytes: bb,
+            chunks,
+            ahead_of: &ahead_of,
+        };
+        let (xp, lp) = (x.as_ptr(), lanes.as_mut_ptr());
+        macro_rules! by_rows {
+            ($f:ident) => {
+                // SAFETY: the features were detected and the blocks, `x` and `lanes` checked
+                // just above.
+                unsafe {
+                    match mr {
+                        1 => $f::<1>(&p, xp, lp),
+                        2 => $f::<2>(&p, xp, lp),
+                        3 => $f::<3>(&p, xp, lp),
+                        _ => $f::<MR>(&p, xp, lp),
+                    }
+                }
+            };
+        }
+        match kind {
+            DirectKind::Q2K => by_rows!(q2k_panel),
+            DirectKind::Q3K => by_rows!(q3k_panel),
+            DirectKind::Q4K => by_rows!(q4k_panel),
+            _ => by_rows!(iq2_panel),
+        }
+        return;
+    }
+    for c in 0..chunks {
+        let (kc0, kcl) = (c * KC, KC.min(k - c * KC));
+        let (at, len) = (kc0 / bv * bb, kcl / bv * bb);
+        let chunk_rows: [&[u8]; NR] = std::array::from_fn(|q| &rows[q][at..at + len]);
+        chunk(
+            kind,
+            round_bf16,
+            &chunk_rows,
+            (kcl, ahead_of(c)),
+            mr,
+            (&x[kc0 * mr..], kcl),
+            lanes,
+        );
+    }
+}
+
+/// Values and bytes of a block of `kind`.
+fn block_shape(kind: DirectKind) -> (usize, usize) {
+    match kind {
+        DirectKind::Q2K => (KC, kquants::Q2_K_BLOCK_BYTES),
+        DirectKind::Q3K => (KC, kquants::Q3_K_BLOCK_BYTES),
+        DirectKind::Q4K => (KC, kquants::Q4_K_BLOCK_BYTES),
+        DirectKind::Iq2Xxs => (KC, iq2xxs::BLOCK_BYTES),
+        DirectKind::Mxfp4 => (MX_VALUES, mxfp4::BLOCK_BYTES),
+        DirectKind::Q8_0 => (MX_VALUES, legacy::Q8_0_BLOCK_BYTES),
+    }
+}
+
+/// The exponent fields of two f16 in a 32-bit word.
+const TWO_F16: u32 = 0x7c00_7c00;
+
+/// Whether in every block (`BB` bytes) of every row the f16 exponent fields `fields` (a mask
+/// of the little-endian 32-bit word at byte `AT`) are not all ones: every scale they hold is
+/// finite. Each field plus its lowest bit carries into the bit above it exactly when it is
+/// all ones, so one OR of such sums over the panel says it (a call of `q2k_finite` and the
+/// others a block, through a function pointer, took 6% of Q2_K's m = 1 time). Not inlined, so
+/// that its loop stays out of the kernels' code (a check loop inlined into the Q8_0 kernel
+/// once made LLVM keep its accumulators on the stack).
+#[inline(never)]
+fn panel_finite<const BB: usize, const AT: usize>(rows: &[&[u8]; NR], fields: u32) -> bool {
+    // Each field's lowest bit, and the bit above each field.
+    let low = fields & !(fields << 1);
+    let mut carries = 0u32;
+    for r in rows {
+        for b in r.chunks_exact(BB) {
+            carries |= (u32_at(b, AT) & fields) + low;
+        }
+    }
+    carries & (fields + low) == 0
+}
+
+/// A panel's rows for the high-word panel kernels ([`panel`]): chunk `c` of every row is
+/// bytes `c · chunk_bytes..` (one block of `KC` values), `ahead_of(c)` its prefetch share.
+struct PanelRows<'a> {
+    rows: &'a [&'a [u8]; NR],
+    chunk_bytes: usize,
+    chunks: usize,
+    ahead_of: &'a dyn Fn(usize) -> &'a [u8],
+}
+
+impl<'a> PanelRows<'a> {
+    /// Chunk `c`'s block of every row.
+    #[inline(always)]
+    fn chunk(&self, c: usize) -> [&'a [u8]; NR] {
+        let (at, n) = (c * self.chunk_bytes, self.chunk_bytes);
+        let mut out = [&self.rows[0][..0]; NR];
+        for (o, r) in out.iter_mut().zip(self.rows) {
+            *o = &r[at..at + n];
+        }
+        out
+    }
+}
+
+/// A high-word panel kernel `$name::<R>` (with `$features`): the accumulators loaded and
+/// brought into the high words' units (2^−448) once, then every chunk's steps `$steps` (a
+/// function of `run`'s operands and the accumulators, which may name `R`), then back and
+/// stored.
+macro_rules! hi_panel_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $steps:expr) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(p: &PanelRows<'_>, x: *const f64, lanes: *mut f64) {
+            // SAFETY: as the steps' (chunk `c`'s inputs at `c · KC · R`, `KC` apart).
+            unsafe {
+                let mut acc = load_lanes::<R>(lanes);
+                hi_units::<R>(&mut acc, true);
+                for c in 0..p.chunks {
+                    let rows = p.chunk(c);
+                    let ahead = (p.ahead_of)(c);
+                    $steps(&rows, (KC, ahead), x.add(c * KC * R), KC, &mut acc, lanes);
+                }
+                hi_units::<R>(&mut acc, false);
+                store_lanes(&acc, lanes);
+            }
+        }
+    };
 }
 
 /// Checks the blocks and the features, then runs `kind`'s kernel for `mr` input rows (0: write
@@ -284,35 +464,52 @@ unsafe fn load_u8(v: &[u8; 64]) -> __m512i {
 }
 
 /// The body of a kernel with a high-word route (Q2_K, Q3_K, Q4_K, IQ2_XXS, Q8_0) for `R`
-/// rows and `ROUND`: the high-word route `$hi` for fused rounded chunks whose every row passes
-/// `$finite`, else the widened route `$widened`, inside lanes scaled to the inputs' units
-/// ([`input_scale`]) where the inputs came scaled. With `try` in place of `$finite`, `$hi`
-/// itself says whether it took the chunk (true), else it left the lanes as they were.
+/// rows and `ROUND`: the high-word route for fused rounded chunks whose every row passes
+/// `$finite`, else the widened route, inside lanes scaled to the inputs' units
+/// ([`input_scale`]) where the inputs came scaled. `$hi` and `$widened` are a chunk's steps
+/// (functions of `run`'s operands and the accumulators, in the high words' units for `$hi`),
+/// or with `try` in place of `$finite` whole chunks (functions of `run`'s operands, that load
+/// and store the lanes themselves), `$hi` saying whether it took the chunk (true), else it
+/// left the lanes as they were.
 macro_rules! high_words_or_widened {
-    (($kind:expr, try, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
-        high_words_or_widened!(@route ($kind, $hi, $lanes), $widened)
-    }};
-    (($kind:expr, $finite:ident, $rows:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
-        high_words_or_widened!(
-            @route ($kind, all_rows($rows, $finite) && { $hi; true }, $lanes),
-            $widened
-        )
-    }};
-    (@route ($kind:expr, $took:expr, $lanes:ident), $widened:expr) => {{
+    (($kind:expr, try), ($rows:ident, $k:expr, $x:ident, $xs:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
         if R == 0 || !ROUND {
-            $widened;
-        } else if !$took {
+            $widened($rows, $k, $x, $xs, $lanes);
+        } else if !$hi($rows, $k, $x, $xs, $lanes) {
             let s = input_scale($kind, ROUND);
             scale_lanes_in_memory::<R>($lanes, s);
-            $widened;
+            $widened($rows, $k, $x, $xs, $lanes);
             scale_lanes_in_memory::<R>($lanes, 1.0 / s);
         }
+    }};
+    (($kind:expr, $finite:ident), ($rows:ident, $k:expr, $x:ident, $xs:ident, $lanes:ident), $hi:expr, $widened:expr) => {{
+        let mut acc = load_lanes::<R>($lanes);
+        if R == 0 || !ROUND {
+            $widened($rows, $k, $x, $xs, &mut acc, $lanes);
+        } else {
+            // The lanes' units for the route: the high words' (2^−448), or the scaled inputs'
+            // (2^448) for the widened route.
+            let hi = all_rows($rows, $finite);
+            let s = if hi {
+                1.0 / input_scale($kind, ROUND)
+            } else {
+                input_scale($kind, ROUND)
+            };
+            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(s); PAIRS]);
+            if hi {
+                $hi($rows, $k, $x, $xs, &mut acc, $lanes);
+            } else {
+                $widened($rows, $k, $x, $xs, &mut acc, $lanes);
+            }
+            scale_lanes::<R>(&mut acc, &[_mm512_set1_pd(1.0 / s); PAIRS]);
+        }
+        store_lanes(&acc, $lanes);
     }};
 }
 
 /// A kernel `$name::<R, ROUND>` (with `$features`) that takes the high-word route `$hi` or
-/// the widened one `$widened` (functions of `run`'s operands, which may name the kernel's `R`
-/// and `ROUND`) by [`high_words_or_widened!`].
+/// the widened one `$widened` (which may name the kernel's `R` and `ROUND`) by
+/// [`high_words_or_widened!`].
 macro_rules! high_words_or_widened_kernel {
     ($(#[$doc:meta])* $name:ident, $features:literal, ($kind:expr, $finite:tt), ($hi:expr, $widened:expr)) => {
         $(#[$doc])*
@@ -327,9 +524,10 @@ macro_rules! high_words_or_widened_kernel {
             // SAFETY: as the callees'.
             unsafe {
                 high_words_or_widened!(
-                    ($kind, $finite, rows, lanes),
-                    $hi(rows, (kcl, ahead), x, x_stride, lanes),
-                    $widened(rows, (kcl, ahead), x, x_stride, lanes)
+                    ($kind, $finite),
+                    (rows, (kcl, ahead), x, x_stride, lanes),
+                    $hi,
+                    $widened
                 )
             }
         }
@@ -831,12 +1029,13 @@ static Q2K_PAIR_SCALE_LANES: [[i32; 16]; 2] = {
 /// ([`hi_words`]; the group bit 3 of a code byte, set for a sub-block's steps 4..8), a step is
 /// one zero-masked single-source permute with no widening ([`step_code_hi!`] its index), and
 /// the lanes run in the inputs' units (2^−448) for the chunk.
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
+#[inline(always)]
+unsafe fn q2k_steps<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): every block is 84 bytes (checked by `chunk`); `x` holds R rows of
@@ -880,10 +1079,6 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
         // Every scale half and step-code row was written above (borrowed where they are:
         // moving them out of the `MaybeUninit` copied kilobytes a chunk, a sixth of its time).
         let (ss, sc) = (ss.assume_init_ref(), sc.assume_init_ref());
-        let mut acc = load_lanes::<R>(lanes);
-        if HI {
-            hi_units::<R>(&mut acc, true);
-        }
         // Sub-block by sub-block (its two groups' tables of every pair, in registers: a
         // 512-bit store costs this machine twice a permute, and the tables of a whole block
         // did not fit), then its eight steps.
@@ -900,7 +1095,7 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
                         let idx = step_code!($sc[z], u / 8, $sh);
                         _mm512_permutexvar_pd(idx, tabs[z][$sh / 32])
                     };
-                    sink::<R>((u, z, w), &xv, &mut acc, lanes);
+                    sink::<R>((u, z, w), &xv, acc, lanes);
                 }
             }};
         }
@@ -946,10 +1141,6 @@ unsafe fn q2k_body<const R: usize, const ROUND: bool, const HI: bool>(
             eight_steps!(step, sc, 8 * sub);
             (tabs, tabs_hi) = (next, next_hi);
         }
-        if HI {
-            hi_units::<R>(&mut acc, false);
-        }
-        store_lanes(&acc, lanes);
     }
 }
 
@@ -967,17 +1158,27 @@ fn f16_finite(b: &[u8], at: usize) -> bool {
 }
 
 high_words_or_widened_kernel!(
-    /// Q2_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q2k_body`
+    /// Q2_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q2k_steps`
     /// with `HI`) where every row's scales are finite (their inputs scaled by
     /// [`input_scale`]), else widen with the lanes in the inputs' units for the chunk; the
     /// packed panel and unrounded matrices widen.
     ///
     /// # Safety
-    /// As [`q2k_body`].
+    /// As [`q2k_steps`].
     q2k,
     "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c",
     (DirectKind::Q2K, q2k_finite),
-    (q2k_body::<R, true, true>, q2k_body::<R, ROUND, false>)
+    (q2k_steps::<R, true, true>, q2k_steps::<R, ROUND, false>)
+);
+
+hi_panel_kernel!(
+    /// A whole Q2_K panel on the high-word route ([`panel`]).
+    ///
+    /// # Safety
+    /// As [`q2k`]'s high-word route, for every chunk of the panel.
+    q2k_panel,
+    "avx512f,avx512bw,avx512vbmi,avx512bf16,f16c",
+    q2k_steps::<R, true, true>
 );
 
 /// Q3_K: for lane `i` of vector `v` of a pair's tables of sub-block `g2` (groups `2g2`,
@@ -1098,12 +1299,13 @@ unsafe fn q3k_sub_tables<const ROUND: bool>(
 /// # Safety
 /// AVX-512 F, BW, VL, VBMI, BF16 and F16C must be present; the operands as [`run`] describes
 /// them (for `R = 0`, `lanes` is a packed panel of `kcl / 4` steps and `x` is not read).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c")]
-unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
+#[inline(always)]
+unsafe fn q3k_steps<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): every block is 110 bytes (checked by `chunk`): hmask at 0..32, qs
@@ -1133,10 +1335,6 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
         // Every half was written above.
         let halves = halves.assume_init_ref();
         let hmask: [__m512i; PAIRS] = std::array::from_fn(|z| load_pair(z, 0));
-        let mut acc = load_lanes::<R>(lanes);
-        if HI {
-            hi_units::<R>(&mut acc, true);
-        }
         let three = _mm512_set1_epi8(3);
         let four = _mm512_set1_epi8(4);
         // Bit 3 of every code byte of the pair's second row (dword lanes `i % 8 ≥ 4`, or with
@@ -1164,8 +1362,8 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
                         let idx = _mm512_srli_epi32::<{ 8 * $k }>($cs[z]);
                         widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb))
                     };
-                    sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
-                    sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
+                    sink::<R>((u, z, w0), &xv[0], acc, lanes);
+                    sink::<R>((u + 1, z, w1), &xv[1], acc, lanes);
                 }
             }};
         }
@@ -1206,10 +1404,6 @@ unsafe fn q3k_body<const R: usize, const ROUND: bool, const HI: bool>(
         sub_block!(qs1, 1, 1, 2, |m| _mm512_srli_epi64::<3>(m));
         sub_block!(qs1, 1, 2, 4, |m| _mm512_srli_epi64::<4>(m));
         sub_block!(qs1, 1, 3, 6, |m| _mm512_srli_epi64::<5>(m));
-        if HI {
-            hi_units::<R>(&mut acc, false);
-        }
-        store_lanes(&acc, lanes);
     }
 }
 
@@ -1221,7 +1415,7 @@ fn q3k_finite(b: &[u8]) -> bool {
 }
 
 high_words_or_widened_kernel!(
-    /// Q3_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q3k_body` with
+    /// Q3_K chunk: the fused kernels of bf16-rounded matrices keep high words (`q3k_steps` with
     /// `HI`) where every row's `d` is finite (their inputs scaled by [`input_scale`]; `dl·(q −
     /// 4)` is exact in f32, `dl = d·sc` having at most 17 significant bits and `q − 4` three,
     /// and at least 2^−24 where not zero), else widen with the lanes in the inputs' units for
@@ -1234,7 +1428,17 @@ high_words_or_widened_kernel!(
     q3k,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
     (DirectKind::Q3K, q3k_finite),
-    (q3k_body::<R, true, true>, q3k_body::<R, ROUND, false>)
+    (q3k_steps::<R, true, true>, q3k_steps::<R, ROUND, false>)
+);
+
+hi_panel_kernel!(
+    /// A whole Q3_K panel on the high-word route ([`panel`]).
+    ///
+    /// # Safety
+    /// As [`q3k`]'s high-word route, for every chunk of the panel.
+    q3k_panel,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
+    q3k_steps::<R, true, true>
 );
 
 /// IQ2_XXS: a grid entry's eight 2-bit level indices as bytes: `IQ2_GRID_BYTES[0]` the low
@@ -1428,6 +1632,7 @@ unsafe fn iq2_widened<const R: usize, const ROUND: bool>(
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): every block is 66 bytes (checked by `run`); `x` holds R rows of
@@ -1446,11 +1651,10 @@ unsafe fn iq2_widened<const R: usize, const ROUND: bool>(
         iq2_pairs(rows, &mut scales, &mut codes);
         // Every scale and code register was written.
         let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
-        let mut acc = load_lanes::<R>(lanes);
         let mut tabs = [[_mm512_setzero_pd(); 2]; PAIRS];
         macro_rules! step {
             ($cs:ident, $u:expr, $sh:literal) => {
-                pair_table_step::<R, $sh>(($u, &$cs), &tabs, (x, x_stride), &mut acc, lanes)
+                pair_table_step::<R, $sh>(($u, &$cs), &tabs, (x, x_stride), acc, lanes)
             };
         }
         for g in 0..8 {
@@ -1471,7 +1675,6 @@ unsafe fn iq2_widened<const R: usize, const ROUND: bool>(
             let cs = iq2_lane_codes(codes, g);
             eight_steps!(step, cs, 8 * g);
         }
-        store_lanes(&acc, lanes);
     }
 }
 
@@ -1489,6 +1692,16 @@ high_words_or_widened_kernel!(
     "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c",
     (DirectKind::Iq2Xxs, iq2_finite),
     (iq2_hi::<R>, iq2_widened::<R, ROUND>)
+);
+
+hi_panel_kernel!(
+    /// A whole IQ2_XXS panel on the high-word route ([`panel`]).
+    ///
+    /// # Safety
+    /// As [`iq2`]'s high-word route, for every chunk of the panel.
+    iq2_panel,
+    "avx512f,avx512bw,avx512dq,avx512vbmi,avx512bf16,f16c",
+    iq2_hi::<R>
 );
 
 /// Whether an IQ2_XXS block's `d` is finite (its exponent field not all ones): then every
@@ -1513,6 +1726,7 @@ unsafe fn iq2_hi<const R: usize>(
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): as [`iq2_widened`]'s.
@@ -1523,8 +1737,6 @@ unsafe fn iq2_hi<const R: usize>(
         iq2_pairs(rows, &mut scales, &mut codes);
         // Every scale and code register was written.
         let (scales, codes) = (scales.assume_init_ref(), codes.assume_init_ref());
-        let mut acc = load_lanes::<R>(lanes);
-        hi_units::<R>(&mut acc, true);
         let mut tabs = [_mm512_setzero_ps(); PAIRS];
         for g in 0..8 {
             prefetch_part(ahead, g, 8);
@@ -1550,7 +1762,7 @@ unsafe fn iq2_hi<const R: usize>(
                     let xv = x_step::<R>(x, x_stride, u);
                     for z in 0..PAIRS {
                         let idx = to_high_dword!(8 * $t, cs[z]);
-                        sink::<R>((u, z, hi_lookup16(idx, tabs[z])), &xv, &mut acc, lanes);
+                        sink::<R>((u, z, hi_lookup16(idx, tabs[z])), &xv, acc, lanes);
                     }
                 }};
             }
@@ -1563,8 +1775,6 @@ unsafe fn iq2_hi<const R: usize>(
             step!(6);
             step!(7);
         }
-        hi_units::<R>(&mut acc, false);
-        store_lanes(&acc, lanes);
     }
 }
 
@@ -1660,6 +1870,7 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): every block is 144 bytes (checked by `chunk`): qs at 16..144; `x`
@@ -1675,7 +1886,6 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
         // Bit 4 of every code byte of the dword lanes of the pair's second row (`i % 8 ≥ 4`):
         // its table.
         let second = _mm512_maskz_set1_epi32(0xf0f0, 0x1010_1010);
-        let mut acc = load_lanes::<R>(lanes);
         for c in 0..4 {
             let mut codes = [_mm512_setzero_si512(); PAIRS];
             for (z, cz) in codes.iter_mut().enumerate() {
@@ -1715,8 +1925,8 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
                             let idx = _mm512_srli_epi32::<$sh>(cs[z]);
                             let [ta, tb] = tabs[z];
                             let [w0, w1] = widen_via_memory(_mm512_permutex2var_ps(ta, idx, tb));
-                            sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
-                            sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
+                            sink::<R>((u, z, w0), &xv[0], acc, lanes);
+                            sink::<R>((u + 1, z, w1), &xv[1], acc, lanes);
                         }
                     }};
                 }
@@ -1726,7 +1936,6 @@ unsafe fn q4k_widened<const R: usize, const ROUND: bool>(
                 two_steps!(3, 24);
             }
         }
-        store_lanes(&acc, lanes);
     }
 }
 
@@ -2082,6 +2291,16 @@ high_words_or_widened_kernel!(
     (q4k_hi::<R>, q4k_widened::<R, ROUND>)
 );
 
+hi_panel_kernel!(
+    /// A whole Q4_K panel on the high-word route ([`panel`]).
+    ///
+    /// # Safety
+    /// As [`q4k`]'s high-word route, for every chunk of the panel.
+    q4k_panel,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,f16c",
+    q4k_hi::<R>
+);
+
 /// Q4_K chunk of a bf16-rounded matrix with finite scales, for `R ≥ 1` inputs scaled by
 /// [`input_scale`]: per group, each pair's two tables of high words (both rows' sixteen
 /// values `d1·q − m1`, computed with the rows interleaved so that the bf16 words' even and
@@ -2101,6 +2320,7 @@ unsafe fn q4k_hi<const R: usize>(
     (_kcl, ahead): (usize, &[u8]),
     x: *const f64,
     x_stride: usize,
+    acc: &mut [[__m512d; PAIRS]; R],
     lanes: *mut f64,
 ) {
     // SAFETY (whole body): as [`q4k`]'s; the scale arrays hold sixteen f32 a pair.
@@ -2117,8 +2337,6 @@ unsafe fn q4k_hi<const R: usize>(
         let nibbles = _mm512_set1_epi8(0x0f);
         // Bit 4 of every code byte of the pair's second row (qword lanes 4..8): its table.
         let second = _mm512_maskz_set1_epi64(0xf0, 0x1010_1010_1010_1010);
-        let mut acc = load_lanes::<R>(lanes);
-        hi_units::<R>(&mut acc, true);
         for c in 0..4 {
             let mut codes = [_mm512_setzero_si512(); PAIRS];
             for (z, cz) in codes.iter_mut().enumerate() {
@@ -2157,8 +2375,8 @@ unsafe fn q4k_hi<const R: usize>(
                             let [ta, tb] = tabs[z];
                             let [w0, w1] =
                                 hi_step_pair::<{ 8 * $k }, { 32 - 8 * $k }>(ta, cs[z], tb);
-                            sink::<R>((u, z, w0), &xv[0], &mut acc, lanes);
-                            sink::<R>((u + 1, z, w1), &xv[1], &mut acc, lanes);
+                            sink::<R>((u, z, w0), &xv[0], acc, lanes);
+                            sink::<R>((u + 1, z, w1), &xv[1], acc, lanes);
                         }
                     }};
                 }
@@ -2168,8 +2386,6 @@ unsafe fn q4k_hi<const R: usize>(
                 two_steps!(3);
             }
         }
-        hi_units::<R>(&mut acc, false);
-        store_lanes(&acc, lanes);
     }
 }
 
