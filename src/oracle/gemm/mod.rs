@@ -576,7 +576,7 @@ impl Job<'_> {
                 x86_direct::panel(kind, round, &rows, (k, ahead), m, self.xf, lanes);
             });
         }
-        self.by_chunks(b, fused, |(first, live), rows_in, (kc0, kcl), lanes, wp| {
+        self.by_chunks(b, false, |(first, live), rows_in, (kc0, kcl), lanes, wp| {
             let panel = rows_of(first, live);
             let (at, len) = (kc0 / bv * bb, kcl / bv * bb);
             let rows: [&[u8]; NR] = std::array::from_fn(|q| {
@@ -584,10 +584,7 @@ impl Job<'_> {
                 &row[at..at + len]
             });
             let ahead = if rows_in.0 == 0 {
-                let ahead = next_panel(first);
-                let share = ahead.len().div_ceil(n_chunks);
-                let lo = (kc0 / KC * share).min(ahead.len());
-                &ahead[lo..(lo + share).min(ahead.len())]
+                x86_direct::ahead_share(next_panel(first), n_chunks, kc0 / KC)
             } else {
                 &[]
             };

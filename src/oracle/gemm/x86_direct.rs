@@ -196,11 +196,6 @@ pub(super) fn panel(
         "direct panel operands too short"
     );
     let chunks = k.div_ceil(KC);
-    let share = ahead.len().div_ceil(chunks.max(1));
-    let ahead_of = |c: usize| {
-        let lo = (c * share).min(ahead.len());
-        &ahead[lo..(lo + share).min(ahead.len())]
-    };
     let hi = round_bf16
         && match kind {
             // The scales' words, as `q2k_finite` and the others read them.
@@ -213,16 +208,13 @@ pub(super) fn panel(
             DirectKind::Mxfp4 | DirectKind::Q8_0 => false,
         };
     if hi {
-        assert!(
-            supported(),
-            "the direct kernels need AVX-512 F, BW, DQ, VL, VBMI and BF16 and F16C"
-        );
+        assert_supported();
         // Whole blocks of `KC` values (one a row a chunk): checked above.
         let p = PanelRows {
             rows,
             chunk_bytes: bb,
             chunks,
-            ahead_of: &ahead_of,
+            ahead,
         };
         let (xp, lp) = (x.as_ptr(), lanes.as_mut_ptr());
         macro_rules! by_rows {
@@ -255,12 +247,28 @@ pub(super) fn panel(
             kind,
             round_bf16,
             &chunk_rows,
-            (kcl, ahead_of(c)),
+            (kcl, ahead_share(ahead, chunks, c)),
             mr,
             (&x[kc0 * mr..], kcl),
             lanes,
         );
     }
+}
+
+/// Chunk `c`'s share of `ahead` (the next panel's bytes) when a panel of `chunks` chunks
+/// prefetches it a share a chunk.
+pub(super) fn ahead_share(ahead: &[u8], chunks: usize, c: usize) -> &[u8] {
+    let share = ahead.len().div_ceil(chunks.max(1));
+    let lo = (c * share).min(ahead.len());
+    &ahead[lo..(lo + share).min(ahead.len())]
+}
+
+/// Panics unless [`supported`].
+fn assert_supported() {
+    assert!(
+        supported(),
+        "the direct kernels need AVX-512 F, BW, DQ, VL, VBMI and BF16 and F16C"
+    );
 }
 
 /// Values and bytes of a block of `kind`.
@@ -299,12 +307,12 @@ fn panel_finite<const BB: usize, const AT: usize>(rows: &[&[u8]; NR], fields: u3
 }
 
 /// A panel's rows for the high-word panel kernels ([`panel`]): chunk `c` of every row is
-/// bytes `c · chunk_bytes..` (one block of `KC` values), `ahead_of(c)` its prefetch share.
+/// bytes `c · chunk_bytes..` (one block of `KC` values); `ahead` the next panel's bytes.
 struct PanelRows<'a> {
     rows: &'a [&'a [u8]; NR],
     chunk_bytes: usize,
     chunks: usize,
-    ahead_of: &'a dyn Fn(usize) -> &'a [u8],
+    ahead: &'a [u8],
 }
 
 impl<'a> PanelRows<'a> {
@@ -335,7 +343,7 @@ macro_rules! hi_panel_kernel {
                 hi_units::<R>(&mut acc, true);
                 for c in 0..p.chunks {
                     let rows = p.chunk(c);
-                    let ahead = (p.ahead_of)(c);
+                    let ahead = ahead_share(p.ahead, p.chunks, c);
                     $steps(&rows, (KC, ahead), x.add(c * KC * R), KC, &mut acc, lanes);
                 }
                 hi_units::<R>(&mut acc, false);
@@ -357,29 +365,16 @@ fn run(
     (xp, x_stride): (*const f64, usize),
     lp: *mut f64,
 ) {
-    assert!(
-        supported(),
-        "the direct kernels need AVX-512 F, BW, DQ, VL, VBMI and BF16 and F16C"
-    );
+    assert_supported();
+    let (_, bb) = block_shape(kind);
     match kind {
         DirectKind::Q2K | DirectKind::Q3K | DirectKind::Q4K | DirectKind::Iq2Xxs => {
-            let bb = match kind {
-                DirectKind::Q2K => kquants::Q2_K_BLOCK_BYTES,
-                DirectKind::Q3K => kquants::Q3_K_BLOCK_BYTES,
-                DirectKind::Q4K => kquants::Q4_K_BLOCK_BYTES,
-                _ => iq2xxs::BLOCK_BYTES,
-            };
             assert!(
                 kcl == KC && all_rows(rows, |r| r.len() == bb),
                 "a K-quant or IQ2_XXS chunk is one block a row"
             )
         }
         DirectKind::Mxfp4 | DirectKind::Q8_0 => {
-            let bb = if kind == DirectKind::Mxfp4 {
-                mxfp4::BLOCK_BYTES
-            } else {
-                legacy::Q8_0_BLOCK_BYTES
-            };
             assert!(
                 kcl % MX_VALUES == 0
                     && kcl <= KC
