@@ -27,14 +27,14 @@ pub(crate) fn f16_at(bytes: &[u8], offset: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([bytes[offset], bytes[offset + 1]])).to_f32()
 }
 
-/// Reads the little-endian u32 at `offset`.
+/// Reads the little-endian u32 at `offset`: one range check and one 32-bit load (four indexed
+/// byte reads were vectorized by LLVM into byte gathers in a loop over blocks, 3.5% of Q2_K's
+/// m = 1 GEMM time in `x86_direct::panel_finite`).
 pub(crate) fn u32_at(bytes: &[u8], offset: usize) -> u32 {
-    u32::from_le_bytes([
-        bytes[offset],
-        bytes[offset + 1],
-        bytes[offset + 2],
-        bytes[offset + 3],
-    ])
+    let word: [u8; 4] = bytes[offset..offset + 4]
+        .try_into()
+        .expect("a range of four bytes");
+    u32::from_le_bytes(word)
 }
 
 /// Decodes a whole number of blocks of one type: `bytes` holds `n` blocks and `out` receives
