@@ -22,9 +22,10 @@
 //!   step's code to the bits the table permute reads, so a step costs one shift, the table
 //!   permute(s) and the FMAs. Q3_K and Q4_K put two steps' codes in the 32-bit lanes instead
 //!   ([`STEP_PAIR_TRANSPOSE`]), so one shift and one permute serve two steps. Q2_K keeps its
-//!   pairs' step codes in memory and takes every odd step's (on its high-word route every
-//!   step's) by a load at a byte offset instead of a shift ([`StepCodes`]): the table builds
-//!   and the step permutes keep the vector ports busy, the load ports are idle. IQ2_XXS
+//!   pairs' step codes in memory and takes every odd step's by a load at a byte offset
+//!   instead of a shift ([`StepCodes`]); on its high-word route one load and one unmasked
+//!   permute serve two steps, their halves split by a shift and an AND ([`q2k_steps`]).
+//!   IQ2_XXS
 //!   looks its grid up in registers first: byte permutes over the 512-byte grid (four
 //!   `vpermi2b` per row block) give each eight values' level indices, a bit-field shuffle
 //!   (`vpmultishiftqb`) and a 128-byte permute their sign bits.
@@ -782,18 +783,17 @@ macro_rules! eight_steps {
     }};
 }
 
-/// One pair's step codes in memory, `N` rows of eight steps: byte `8l + t` of row `r` is lane
-/// `l`'s table index at step `8r + t`, and a zeroed row follows the last. A step's indices are
-/// a row brought down by `8t` bits, or the 64 bytes from byte `t` of the row (the permutes
-/// read only a lane's low bits; the bytes above are later steps' or the next row's): a load
-/// there costs a load port where a shift costs one of the two vector ports the permutes and
-/// FMAs share, and line-split loads are slow, so [`step_code!`] takes the odd steps by load
-/// and the even ones by shift ([`step_code_hi!`] takes every step by load).
+/// One pair's step codes in memory, `N` rows of eight steps: on the widened route byte
+/// `8l + t` of row `r` is lane `l`'s table index at step `8r + t` (on the high-word route the
+/// steps are in the order [`Q2K_HI_TRANSPOSE`] gives), and a zeroed row follows the last. A
+/// step's indices are a row brought down by `8t` bits, or the 64 bytes from byte `t` of the
+/// row (the permutes read only a lane's low bits; the bytes above are later steps' or the next
+/// row's): a load there costs a load port where a shift costs one of the vector ports the
+/// permutes and FMAs share, and line-split loads are slow, so [`step_code!`] takes the odd
+/// steps by load and the even ones by shift; the high-word route takes two steps by one load
+/// ([`q2k_steps`]).
 #[repr(C, align(64))]
 struct StepCodes<const N: usize> {
-    /// A zeroed row before the first, which the high-word steps' loads reach into
-    /// ([`step_code_hi!`]).
-    pad: __m512i,
     rows: [__m512i; N],
     seal: __m512i,
 }
@@ -808,25 +808,22 @@ impl<const N: usize> StepCodes<N> {
         self.rows[r] = v;
     }
 
-    /// Writes the zeroed rows before the first and after the last.
+    /// Writes the zeroed row after the last.
     ///
     /// # Safety
     /// AVX-512F must be present.
     #[inline(always)]
     unsafe fn seal(&mut self) {
-        self.pad = _mm512_setzero_si512();
         self.seal = _mm512_setzero_si512();
     }
 
-    /// Row `r`'s first byte (`r < N`; the 64 bytes before it and 128 bytes from it are
-    /// initialised once every row and the seals are written).
+    /// Row `r`'s first byte (`r < N`; the 128 bytes from it are initialised once every row
+    /// and the seal are written).
     #[inline(always)]
     fn at(&self, r: usize) -> *const u8 {
         assert!(r < N);
-        // In bounds: the struct holds N + 2 rows of 64 bytes.
-        (self as *const Self)
-            .cast::<u8>()
-            .wrapping_add(64 * (r + 1))
+        // In bounds: the struct holds N + 1 rows of 64 bytes.
+        (self as *const Self).cast::<u8>().wrapping_add(64 * r)
     }
 }
 
@@ -858,22 +855,6 @@ macro_rules! to_high_dword {
         } else {
             _mm512_slli_epi64::<{ (256 + 32 - AT) % 256 }>($v)
         }
-    }};
-}
-
-/// [`step_code!`] for the high-word permutes: step `t`'s code byte to byte 4 of each qword
-/// (the low byte of its high dword), every step by a load from 4 bytes before byte `t` of the
-/// row (for row 0 the bytes before it are the zeroed pad row's, which land in the low dwords
-/// the permutes do not read). Unlike [`step_code!`]'s even steps, no step shifts: on this
-/// machine (AMD Zen 4) a line-split load next to a permute and an FMA costs less than a
-/// shift, which takes a vector pipe the permutes and FMAs need (Q2_K 1 thread in cache,
-/// 120.4 -> 118.4 CPU ns per 1000 weights).
-macro_rules! step_code_hi {
-    ($sc:expr, $r:expr, $sh:literal) => {{
-        let at = $sc.at($r);
-        // The caller is in an unsafe block that vouches for the features; `at − 4 .. at + 124`
-        // lies within the struct.
-        _mm512_loadu_si512(at.wrapping_sub(4).add($sh / 8).cast())
     }};
 }
 
@@ -931,6 +912,29 @@ static Q2K_GROUP_LANES: [[[i32; 16]; 4]; 2] = {
     t
 };
 
+/// Q2_K's high-word tables: for lane `2e + k` of the vector of group `2h + g` (`h` = `sub % 4`
+/// of a sub-block, `[h][g]`), the source lane in the two pairs' half-block scales (`0..16`
+/// pair `k = 0`'s, `16..32` pair 1's; each `[a 8j.., b 8j..]`): entry `e` of the pair's table
+/// (`[a` codes `0..4, b` codes `0..4]`), whose levels are [`q2k_levels`]' rounded ones.
+static Q2K_HI_PAIR_LANES: [[[i32; 16]; 2]; 4] = {
+    let mut t = [[[0i32; 16]; 2]; 4];
+    let mut h = 0;
+    while h < 4 {
+        let mut g = 0;
+        while g < 2 {
+            let mut i = 0;
+            while i < 16 {
+                let (e, k) = (i / 2, i % 2);
+                t[h][g][i] = (16 * k + 8 * (e / 4) + 2 * h + g) as i32;
+                i += 1;
+            }
+            g += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
 /// Q2_K: a pair's 32 `qs` bytes of each row (first row's in bytes 0..32) transposed so that
 /// byte `8l + t` of lane `l` is the byte of its column `4t + l % 4` (row `l / 4`).
 static Q2K_TRANSPOSE: [u8; 64] = {
@@ -941,6 +945,25 @@ static Q2K_TRANSPOSE: [u8; 64] = {
         while s < 8 {
             t[8 * l + s] = (32 * (l / 4) + 4 * s + l % 4) as u8;
             s += 1;
+        }
+        l += 1;
+    }
+    t
+};
+
+/// [`Q2K_TRANSPOSE`] for the high-word route: byte `8l + k` of lane `l` (`k < 4`) is the
+/// byte of its column at step `2k`, byte `8l + 4 + k` at step `2k + 1`, so that a load from
+/// byte `k` of a step-code row has step `2k`'s code in the low byte of each qword and step
+/// `2k + 1`'s in byte 4 ([`q2k_steps`]).
+static Q2K_HI_TRANSPOSE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut l = 0;
+    while l < 8 {
+        let mut k = 0;
+        while k < 4 {
+            t[8 * l + k] = (32 * (l / 4) + 8 * k + l % 4) as u8;
+            t[8 * l + 4 + k] = (32 * (l / 4) + 8 * k + 4 + l % 4) as u8;
+            k += 1;
         }
         l += 1;
     }
@@ -1021,9 +1044,16 @@ static Q2K_PAIR_SCALE_LANES: [[i32; 16]; 2] = {
 ///
 /// With `HI` (`ROUND`, `R ≥ 1`, every `d` and `dmin` finite, the inputs scaled by
 /// [`input_scale`]) each pair's two groups' tables are one table of sixteen high words
-/// ([`hi_words`]; the group bit 3 of a code byte, set for a sub-block's steps 4..8), a step is
-/// one zero-masked single-source permute with no widening ([`step_code_hi!`] its index), and
-/// the lanes run in the inputs' units (2^−448) for the chunk.
+/// ([`hi_words`]; the group bit 3 of a code byte, set for a sub-block's steps 4..8), and the
+/// lanes run in the inputs' units (2^−448) for the chunk. Two steps `2k`, `2k + 1` take one
+/// load of their codes (from byte `k` of the step-code row, laid out by [`Q2K_HI_TRANSPOSE`]:
+/// step `2k`'s code in the low dword of each qword, `2k + 1`'s in the high one) and one
+/// unmasked single-source permute, whose low dwords shifted up are step `2k`'s eight f64
+/// weights and whose high dwords, the low ones cleared, step `2k + 1`'s: a shift and an AND
+/// instead of a second permute and a second load. On this machine (AMD Zen 4) the kernel was
+/// bound by its loads (a 64-byte load across a line costs one and a half), the shift and the
+/// AND go where the FMAs and permutes leave room (Q2_K m = 1 2304x5120, 1 thread in cache,
+/// 103.4 -> 98.4 CPU ns per 1000 weights).
 #[inline(always)]
 unsafe fn q2k_steps<const R: usize, const ROUND: bool, const HI: bool>(
     rows: &[&[u8]; NR],
@@ -1038,20 +1068,25 @@ unsafe fn q2k_steps<const R: usize, const ROUND: bool, const HI: bool>(
     unsafe {
         let levels = q2k_levels::<ROUND>();
         let levels = _mm512_loadu_ps(levels.as_ptr());
-        let transpose = load_u8(&Q2K_TRANSPOSE);
+        let transpose = load_u8(if HI {
+            &Q2K_HI_TRANSPOSE
+        } else {
+            &Q2K_TRANSPOSE
+        });
         let three = _mm512_set1_epi8(3);
         // Bit 2 of every code byte of the pair's second row: its table entries are 4..8; with
-        // `HI`, bit 3 of the bytes of steps 4..8 (bytes 4..8 of each qword): the second
-        // group's entries are 8..16 of the one table (the f64 permutes ignore the bit).
+        // `HI`, bit 3 of the bytes of steps 4..8 (bytes 2, 3, 6 and 7 of each qword, see
+        // [`Q2K_HI_TRANSPOSE`]): the second group's entries are 8..16 of the one table (the
+        // f64 permutes ignore the bit).
         let second = _mm512_mask_set1_epi64(_mm512_setzero_si512(), 0xf0, 0x0404_0404_0404_0404);
         let second = if HI {
-            _mm512_or_si512(second, _mm512_set1_epi64(0x0808_0808_0000_0000))
+            _mm512_or_si512(second, _mm512_set1_epi64(0x0808_0000_0808_0000))
         } else {
             second
         };
         // Each pair's step codes ([`StepCodes`]), first, so that their stores have reached the
         // cache when the steps load them: sub-block `s` of half `h` (bits `2s`, `2s + 1` of
-        // each code byte) with the row bit, as row `4h + s`.
+        // each code byte) with the row and group bits, as row `4h + s`.
         let mut sc = MaybeUninit::<[StepCodes<8>; PAIRS]>::uninit();
         for z in 0..PAIRS {
             let row = |c: __m512i| _mm512_ternarylogic_epi64::<0xEA>(c, three, second);
@@ -1084,40 +1119,50 @@ unsafe fn q2k_steps<const R: usize, const ROUND: bool, const HI: bool>(
                 let u = $u;
                 let xv = x_step::<R>(x, x_stride, u);
                 for z in 0..PAIRS {
-                    let w = if HI {
-                        hi_lookup16(step_code_hi!($sc[z], u / 8, $sh), tabs_hi[z])
-                    } else {
-                        let idx = step_code!($sc[z], u / 8, $sh);
-                        _mm512_permutexvar_pd(idx, tabs[z][$sh / 32])
-                    };
+                    let idx = step_code!($sc[z], u / 8, $sh);
+                    let w = _mm512_permutexvar_pd(idx, tabs[z][$sh / 32]);
                     sink::<R>((u, z, w), &xv, acc, lanes);
                 }
             }};
         }
-        // Sub-block `sub`'s tables of every pair into `$tabs` (or `$tabs_hi`).
+        // Sub-block `sub`'s tables of every pair into `$tabs` (or `$tabs_hi`). The decoder's
+        // `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz, 2zz + 1 (`dl · q` is exact in
+        // f32, `dl = d · sc` having at most 15 significant bits and `q` two, so `fmsub` rounds
+        // where the decoder's subtraction does).
         macro_rules! tables {
             ($sub:expr, $tabs:ident, $tabs_hi:ident) => {{
                 let sub = $sub;
-                let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
-                for zz in 0..PAIRS / 2 {
-                    // The decoder's `dl · q − ml` for groups 2sub, 2sub + 1 of pairs 2zz,
-                    // 2zz + 1 (`dl · q` is exact in f32, `dl = d · sc` having at most 15
-                    // significant bits and `q` two, so `fmsub` rounds where the decoder's
-                    // subtraction does).
-                    let mut v = [_mm512_setzero_ps(); 2];
-                    for (k, v) in v.iter_mut().enumerate() {
-                        let s = &ss[2 * zz + k];
-                        let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
-                        let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
-                        *v = _mm512_fmsub_ps(dl, levels, ml);
+                if HI {
+                    let sel = [
+                        load_i32(&Q2K_HI_PAIR_LANES[sub % 4][0]),
+                        load_i32(&Q2K_HI_PAIR_LANES[sub % 4][1]),
+                    ];
+                    for zz in 0..PAIRS / 2 {
+                        // Group 2sub (`v[0]`) and 2sub + 1 (`v[1]`) of both pairs, the pairs'
+                        // lanes interleaved: rounded together, the even words are the first
+                        // pair's sixteen values and the odd words the second's, as high words
+                        // with no shuffle.
+                        let (s0, s1) = (&ss[2 * zz], &ss[2 * zz + 1]);
+                        let mut v = [_mm512_setzero_ps(); 2];
+                        for (g, v) in v.iter_mut().enumerate() {
+                            let dl = _mm512_permutex2var_ps(s0[sub / 4], sel[g], s1[sub / 4]);
+                            let ml =
+                                _mm512_permutex2var_ps(s0[2 + sub / 4], sel[g], s1[2 + sub / 4]);
+                            *v = _mm512_fmsub_ps(dl, levels, ml);
+                        }
+                        [$tabs_hi[2 * zz], $tabs_hi[2 * zz + 1]] =
+                            hi_word_halves(bf16_words(v[0], v[1]));
                     }
-                    if HI {
-                        // Rounded together, the words' low halves are the first groups'
-                        // values and the high halves the second groups', as high words; then
-                        // each pair's sixteen (its first group's eight, then its second's) by
-                        // one 128-bit shuffle.
-                        [$tabs_hi[2 * zz], $tabs_hi[2 * zz + 1]] = hi_tables_of_two_pairs(v);
-                    } else {
+                } else {
+                    let sel = load_i32(&Q2K_GROUP_LANES[usize::from(ROUND)][sub % 4]);
+                    for zz in 0..PAIRS / 2 {
+                        let mut v = [_mm512_setzero_ps(); 2];
+                        for (k, v) in v.iter_mut().enumerate() {
+                            let s = &ss[2 * zz + k];
+                            let dl = _mm512_permutexvar_ps(sel, s[sub / 4]);
+                            let ml = _mm512_permutexvar_ps(sel, s[2 + sub / 4]);
+                            *v = _mm512_fmsub_ps(dl, levels, ml);
+                        }
                         [$tabs[2 * zz], $tabs[2 * zz + 1]] = two_pairs_tables::<ROUND>(v);
                     }
                 }
@@ -1133,7 +1178,26 @@ unsafe fn q2k_steps<const R: usize, const ROUND: bool, const HI: bool>(
             if sub + 1 < 8 {
                 tables!(sub + 1, next, next_hi);
             }
-            eight_steps!(step, sc, 8 * sub);
+            if HI {
+                // Steps 2k and 2k + 1 of every pair from one load and one permute.
+                for k in 0..4 {
+                    let u = 8 * sub + 2 * k;
+                    let xv = [x_step::<R>(x, x_stride, u), x_step::<R>(x, x_stride, u + 1)];
+                    for z in 0..PAIRS {
+                        let idx = _mm512_loadu_si512(sc[z].at(sub).add(k).cast());
+                        let both = _mm512_castps_si512(_mm512_permutexvar_ps(idx, tabs_hi[z]));
+                        let w0 = _mm512_castsi512_pd(_mm512_slli_epi64::<32>(both));
+                        let w1 = _mm512_castsi512_pd(_mm512_and_si512(
+                            both,
+                            _mm512_set1_epi64(0xffff_ffff_0000_0000_u64 as i64),
+                        ));
+                        sink::<R>((u, z, w0), &xv[0], acc, lanes);
+                        sink::<R>((u + 1, z, w1), &xv[1], acc, lanes);
+                    }
+                }
+            } else {
+                eight_steps!(step, sc, 8 * sub);
+            }
             (tabs, tabs_hi) = (next, next_hi);
         }
     }
