@@ -27,6 +27,16 @@ pub(crate) fn f16_at(bytes: &[u8], offset: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([bytes[offset], bytes[offset + 1]])).to_f32()
 }
 
+/// Reads the little-endian u16 at `offset`: one range check and one 16-bit load, as
+/// [`u32_at`] (two indexed byte reads compiled to two loads and a merge in the direct GEMM
+/// kernels' scale reads).
+pub(crate) fn u16_at(bytes: &[u8], offset: usize) -> u16 {
+    let word: [u8; 2] = bytes[offset..offset + 2]
+        .try_into()
+        .expect("a range of two bytes");
+    u16::from_le_bytes(word)
+}
+
 /// Reads the little-endian u32 at `offset`: one range check and one 32-bit load (four indexed
 /// byte reads were vectorized by LLVM into byte gathers in a loop over blocks, 3.5% of Q2_K's
 /// m = 1 GEMM time in `x86_direct::panel_finite`).

@@ -56,7 +56,7 @@
 use super::{KC, MR, NR, PANEL_STEP};
 #[cfg(test)]
 use crate::gguf::quant::rows::round_bf16_one;
-use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4, u32_at};
+use crate::gguf::quant::{iq2xxs, kquants, legacy, mxfp4, u16_at, u32_at};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -1213,7 +1213,7 @@ fn q2k_finite(b: &[u8]) -> bool {
 /// Whether the f16 at bytes `at..at + 2` of `b` is finite (its exponent field not all ones).
 #[inline(always)]
 fn f16_finite(b: &[u8], at: usize) -> bool {
-    u16::from_le_bytes([b[at], b[at + 1]]) & 0x7c00 != 0x7c00
+    u16_at(b, at) & 0x7c00 != 0x7c00
 }
 
 high_words_or_widened_kernel!(
@@ -1309,9 +1309,7 @@ unsafe fn q3k_scales(b: &[u8]) -> __m512 {
         let high = _mm_slli_epi16::<4>(_mm_and_si128(high, _mm_set1_epi8(3)));
         let sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
         let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
-        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
-            b[108], b[109],
-        ]))));
+        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16_at(b, 108))));
         _mm512_mul_ps(_mm512_broadcastss_ps(d), sc)
     }
 }
@@ -1615,7 +1613,7 @@ unsafe fn iq2_scales(a: &[u8], b: &[u8]) -> __m512 {
         };
         let ls = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ls(a)), ls(b));
         let d = |r: &[u8]| {
-            let bits = u16::from_le_bytes([r[0], r[1]]);
+            let bits = u16_at(r, 0);
             _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
         };
         let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d(a)), d(b));
@@ -2290,12 +2288,7 @@ unsafe fn q4k_pair_scales(a: &[u8], b: &[u8]) -> (__m512, __m512) {
             _mm512_srli_epi32::<10>(mn),
             top,
         ));
-        let halves = _mm_set_epi32(
-            0,
-            0,
-            i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            i32::from_le_bytes([a[0], a[1], a[2], a[3]]),
-        );
+        let halves = _mm_set_epi32(0, 0, u32_at(b, 0) as i32, u32_at(a, 0) as i32);
         // [d_a, dmin_a, d_b, dmin_b].
         let dd = _mm512_castps128_ps512(_mm_cvtph_ps(halves));
         let d = _mm512_permutexvar_ps(_mm512_mask_set1_epi32(_mm512_set1_epi32(0), 0xaaaa, 2), dd);
@@ -3065,7 +3058,7 @@ unsafe fn q8_values(at: *const u8, d: __m512) -> __m512 {
 /// AVX-512F and F16C must be present and `b` must hold 2 bytes.
 #[inline(always)]
 unsafe fn q8_scale(b: &[u8]) -> __m512 {
-    let bits = u16::from_le_bytes([b[0], b[1]]);
+    let bits = u16_at(b, 0);
     _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
@@ -3158,7 +3151,7 @@ unsafe fn q8_body<const R: usize, const ROUND: bool, const HI: bool>(
                     // An f16 exponent field plus one carries into bit 15 exactly when it is
                     // all ones (infinity or NaN).
                     for r in [a, b] {
-                        carries |= (u16::from_le_bytes([r[0], r[1]]) & 0x7c00) + 0x0400;
+                        carries |= (u16_at(r, 0) & 0x7c00) + 0x0400;
                     }
                 }
                 let mut w = [_mm512_setzero_pd(); 8];
