@@ -24,7 +24,7 @@ pub use float::{bf16_to_f32, round_to_bf16};
 /// Reads the little-endian IEEE half at `offset` as f32. Callers pass slices whose length was
 /// checked against the block size.
 pub(crate) fn f16_at(bytes: &[u8], offset: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([bytes[offset], bytes[offset + 1]])).to_f32()
+    half::f16::from_bits(u16_at(bytes, offset)).to_f32()
 }
 
 /// Reads the little-endian u16 at `offset`: one range check and one 16-bit load, as
