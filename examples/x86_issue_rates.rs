@@ -9,17 +9,19 @@
 //! Every figure is a time ratio measured in the run, so no clock frequency is assumed:
 //! - **Issue**: the time of 8 independent zmm FMAs together with N other instructions, in units
 //!   of the 8 FMAs alone (1.00 when the others issue for free beside them). On AMD Zen 4 this
-//!   printed 1.00, 1.50, 2.00 for 8, 16, 24 zmm ANDs and 1.25 for 24 ymm ANDs, 32 zmm ANDs
-//!   alone 2.00: about two zmm instructions a cycle of any kind, of which one FMA, a ymm or
-//!   xmm instruction counting half.
+//!   printed 1.00, 1.50, 2.00 for 8, 16, 24 zmm ANDs, 1.25-1.32 for 24 ymm ANDs and 2.00 for
+//!   32 zmm ANDs alone: about two zmm instructions a cycle of any kind, of which one FMA, a ymm
+//!   or xmm instruction counting half. Eight zmm loads (half of them line-split) beside eight
+//!   ANDs added 0.38-0.57, eight `vbroadcastf64x4` 0.50-0.65: a load costs about half an
+//!   instruction, a broadcast more.
 //! - **Steps**: six pairs' two steps of eight f64 weights each (one FMA a step, six independent
 //!   accumulators, as a fused kernel runs them), in units of the two FMAs alone: the budget a
 //!   fused kernel at 33% of the f64 FMA peak has is 3.00, tables and codes included. On Zen 4
-//!   (four runs): Q4_K's form (load, two-source permute, AND, shift) 1.88-1.94, Q2_K's and
-//!   Q3_K's (the same with a single-source permute) 1.57-1.62, IQ2_XXS's (a shift and a
-//!   zero-masked permute a step) 1.70-1.76, a load and a zero-masked permute a step 1.54-1.67,
-//!   f64 tables by a load and a two-source qword permute a step 1.75-1.83, single-source
-//!   1.66-1.75.
+//!   (seven runs): Q4_K's form (load, two-source permute, AND, shift) 1.88-1.97, Q2_K's and
+//!   Q3_K's (the same with a single-source permute) 1.57-1.75, IQ2_XXS's (a shift and a
+//!   zero-masked permute a step) 1.70-1.87, a load and a zero-masked permute a step 1.54-2.04,
+//!   f64 tables by a load and a two-source qword permute a step 1.75-1.93, single-source
+//!   1.66-1.94: no form is much cheaper than the ones the kernels use.
 //!
 //! Without AVX-512 it says so and exits.
 
@@ -127,7 +129,25 @@ mod x86 {
         };
     }
 
+    /// Eight loads (`$op` `vmovdqu64` or `vbroadcastf64x4`) of the buffer into zmm8..16.
+    macro_rules! load8 {
+        ($op:literal) => {
+            concat!(
+                $op, " 0(%rsi), %zmm8\n",
+                $op, " 64(%rsi), %zmm9\n",
+                $op, " 128(%rsi), %zmm10\n",
+                $op, " 192(%rsi), %zmm11\n",
+                $op, " 257(%rsi), %zmm12\n",
+                $op, " 321(%rsi), %zmm13\n",
+                $op, " 385(%rsi), %zmm14\n",
+                $op, " 449(%rsi), %zmm15\n",
+            )
+        };
+    }
+
     timed_loop!(fma_alone, fma8!());
+    timed_loop!(fma_load8, concat!(fma8!(), load8!("vmovdqu64"), and8!("zmm", "2")));
+    timed_loop!(fma_bcast8, concat!(fma8!(), load8!("vbroadcastf64x4"), and8!("zmm", "2")));
     timed_loop!(fma_and8, concat!(fma8!(), and8!("zmm", "1")));
     timed_loop!(
         fma_and16,
@@ -372,6 +392,8 @@ mod x86 {
                 ("+ 16 zmm AND", fma_and16),
                 ("+ 24 zmm AND", fma_and24),
                 ("+ 24 ymm AND", fma_yand24),
+                ("+ 8 zmm loads + 8 zmm AND", fma_load8),
+                ("+ 8 broadcasts + 8 zmm AND", fma_bcast8),
                 ("32 zmm AND alone", and32),
             ] {
                 println!("  {label:<28} {:5.2}", best(f, &buf) / unit);
