@@ -129,25 +129,39 @@ mod x86 {
         };
     }
 
-    /// Eight loads (`$op` `vmovdqu64` or `vbroadcastf64x4`) of the buffer into zmm8..16.
+    /// One load, `$op` from `$off(%rsi)` into `$r`.
+    macro_rules! load {
+        ($op:literal, $off:literal, $r:literal) => {
+            concat!($op, " ", $off, "(%rsi), %zmm", $r, "\n")
+        };
+    }
+
+    /// Eight loads (`$op` `vmovdqu64` or `vbroadcastf64x4`) of the buffer into zmm8..16, the
+    /// last four line-split.
     macro_rules! load8 {
         ($op:literal) => {
             concat!(
-                $op, " 0(%rsi), %zmm8\n",
-                $op, " 64(%rsi), %zmm9\n",
-                $op, " 128(%rsi), %zmm10\n",
-                $op, " 192(%rsi), %zmm11\n",
-                $op, " 257(%rsi), %zmm12\n",
-                $op, " 321(%rsi), %zmm13\n",
-                $op, " 385(%rsi), %zmm14\n",
-                $op, " 449(%rsi), %zmm15\n",
+                load!($op, "0", "8"),
+                load!($op, "64", "9"),
+                load!($op, "128", "10"),
+                load!($op, "192", "11"),
+                load!($op, "257", "12"),
+                load!($op, "321", "13"),
+                load!($op, "385", "14"),
+                load!($op, "449", "15"),
             )
         };
     }
 
     timed_loop!(fma_alone, fma8!());
-    timed_loop!(fma_load8, concat!(fma8!(), load8!("vmovdqu64"), and8!("zmm", "2")));
-    timed_loop!(fma_bcast8, concat!(fma8!(), load8!("vbroadcastf64x4"), and8!("zmm", "2")));
+    timed_loop!(
+        fma_load8,
+        concat!(fma8!(), load8!("vmovdqu64"), and8!("zmm", "2"))
+    );
+    timed_loop!(
+        fma_bcast8,
+        concat!(fma8!(), load8!("vbroadcastf64x4"), and8!("zmm", "2"))
+    );
     timed_loop!(fma_and8, concat!(fma8!(), and8!("zmm", "1")));
     timed_loop!(
         fma_and16,
