@@ -65,8 +65,8 @@ mod x86 {
         ($name:ident, $body:expr) => {
             #[target_feature(enable = "avx512f")]
             unsafe fn $name(n: u64, buf: *const u8) {
-                // SAFETY (the caller's): AVX-512F is present; the template reads at most
-                // 400 bytes from `buf` (which holds 4096) and writes no memory.
+                // SAFETY (the caller's): AVX-512F is present; the template reads only the
+                // first 1088 bytes of `buf` (which holds 4096) and writes no memory.
                 unsafe {
                     asm!(
                         "vpxord %zmm0, %zmm0, %zmm0",
