@@ -167,33 +167,16 @@ mod x86 {
         fma_and16,
         concat!(fma8!(), and8!("zmm", "1"), and8!("zmm", "2"))
     );
-    timed_loop!(
-        fma_and24,
-        concat!(
-            fma8!(),
-            and8!("zmm", "1"),
-            and8!("zmm", "2"),
-            and8!("zmm", "1")
-        )
-    );
-    timed_loop!(
-        fma_yand24,
-        concat!(
-            fma8!(),
-            and8!("ymm", "1"),
-            and8!("ymm", "2"),
-            and8!("ymm", "1")
-        )
-    );
-    timed_loop!(
-        and32,
-        concat!(
-            and8!("zmm", "1"),
-            and8!("zmm", "2"),
-            and8!("zmm", "1"),
-            and8!("zmm", "2")
-        )
-    );
+    /// Twenty-four independent ANDs of width `$w` (registers 8..24, the first eight twice).
+    macro_rules! and24 {
+        ($w:literal) => {
+            concat!(and8!($w, "1"), and8!($w, "2"), and8!($w, "1"))
+        };
+    }
+
+    timed_loop!(fma_and24, concat!(fma8!(), and24!("zmm")));
+    timed_loop!(fma_yand24, concat!(fma8!(), and24!("ymm")));
+    timed_loop!(and32, concat!(and24!("zmm"), and8!("zmm", "2")));
 
     /// Six pairs' two steps in the form `$m`, which takes the pair's code offset into the
     /// buffer, its two table registers and its accumulator; zmm24, zmm25 are the steps'
