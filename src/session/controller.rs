@@ -95,11 +95,17 @@ pub enum Event {
 
 /// The UI's handle on the worker thread.
 pub struct Controller {
-    requests: Sender<Request>,
+    /// None only while the controller is being dropped (dropping it ends the worker's loop).
+    requests: Option<Sender<Request>>,
     events: Receiver<Event>,
     cancel: Arc<AtomicBool>,
     worker: Option<std::thread::JoinHandle<()>>,
 }
+
+/// How long dropping a [`Controller`] waits for its worker to finish the current step and free
+/// its backends. Long enough for any tiny-graph step and for tearing down a GPU backend; a
+/// real-dims forward that is still inside one step is left to finish on its own.
+const WORKER_JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Controller {
     /// Start a worker over `golden`, building backends with `factory`. `notify` is called after
@@ -149,7 +155,7 @@ impl Controller {
             })
             .ok();
         Controller {
-            requests: req_tx,
+            requests: Some(req_tx),
             events: ev_rx,
             cancel,
             worker,
@@ -159,7 +165,9 @@ impl Controller {
     /// Queue a request; requests run one after the other.
     pub fn send(&self, req: Request) {
         // A closed channel means the worker is gone; the UI notices through `is_alive`.
-        let _ = self.requests.send(req);
+        if let Some(r) = &self.requests {
+            let _ = r.send(req);
+        }
     }
 
     /// Ask the running request to stop after its current step.
@@ -192,8 +200,24 @@ impl Controller {
 impl Drop for Controller {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::SeqCst);
-        // Dropping the sender ends the worker's loop after its current step; no join, so a
-        // closing window never waits on a long forward.
+        // Dropping the sender ends the worker's loop after its current step. Then wait, up to a
+        // deadline, for the worker to drop its backends: a GPU backend torn down on a detached
+        // thread while the process exits races the Vulkan driver's unload in `exit` (lavapipe
+        // crashed in `__cxa_finalize` that way). Past the deadline the worker is left running, so
+        // a closing window never waits long on a forward.
+        self.requests = None;
+        let Some(worker) = self.worker.take() else {
+            return;
+        };
+        let start = std::time::Instant::now();
+        while !worker.is_finished() {
+            if start.elapsed() >= WORKER_JOIN_DEADLINE {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // The worker has returned; a panic in it was already reported as an event or on stderr.
+        let _ = worker.join();
     }
 }
 
@@ -488,6 +512,36 @@ mod tests {
                 None => panic!("no event within {EVENT_TIMEOUT:?}"),
             }
         }
+    }
+
+    /// Sets its flag when dropped, a little late, as tearing down a GPU backend is.
+    struct SetOnDrop(Arc<AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(200));
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn dropping_the_controller_waits_until_the_worker_has_freed_its_backends() {
+        let golden = Arc::new(default_golden().expect("embedded golden"));
+        let freed = Arc::new(AtomicBool::new(false));
+        let guard = SetOnDrop(freed.clone());
+        let g = golden.clone();
+        let factory: BackendFactory = Box::new(move || {
+            let _ = &guard;
+            super::super::oracle_for(&g).map(|o| vec![Box::new(o) as BoxedBackend])
+        });
+        let c = Controller::spawn(golden, factory, Mode::Chained, Box::new(|| {}));
+        next_progress(&c);
+        c.send(Request::StepOne);
+        drop(c);
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "the worker still held its backends after the controller was dropped"
+        );
     }
 
     #[test]
