@@ -12,16 +12,27 @@
 //!   printed 1.00, 1.50, 2.00 for 8, 16, 24 zmm ANDs, 1.25-1.32 for 24 ymm ANDs and 2.00 for
 //!   32 zmm ANDs alone: about two zmm instructions a cycle of any kind, of which one FMA, a ymm
 //!   or xmm instruction counting half. Eight zmm loads (half of them line-split) beside eight
-//!   ANDs added 0.38-0.57, eight `vbroadcastf64x4` 0.50-0.65: a load costs about half an
+//!   ANDs added 0.41-0.47, eight `vbroadcastf64x4` 0.50: a load costs about half an
 //!   instruction, a broadcast more.
 //! - **Steps**: six pairs' two steps of eight f64 weights each (one FMA a step, six independent
 //!   accumulators, as a fused kernel runs them), in units of the two FMAs alone: the budget a
 //!   fused kernel at 33% of the f64 FMA peak has is 3.00, tables and codes included. On Zen 4
-//!   (seven runs): Q4_K's form (load, two-source permute, AND, shift) 1.88-1.97, Q2_K's and
-//!   Q3_K's (the same with a single-source permute) 1.57-1.75, IQ2_XXS's (a shift and a
-//!   zero-masked permute a step) 1.70-1.87, a load and a zero-masked permute a step 1.54-2.04,
-//!   f64 tables by a load and a two-source qword permute a step 1.75-1.93, single-source
-//!   1.66-1.94: no form is much cheaper than the ones the kernels use.
+//!   (six runs): Q4_K's form (load, two-source permute, AND, shift) 1.94-1.99, Q2_K's and
+//!   Q3_K's (the same with a single-source permute) 1.65-1.72, IQ2_XXS's (a shift and a
+//!   zero-masked permute a step) 1.84-1.87, a load and a zero-masked permute a step 1.78-1.90,
+//!   f64 tables by a load and a two-source qword permute a step 1.84-1.91, single-source
+//!   1.78-1.95: no form is much cheaper than the ones the kernels use. Two forms that would
+//!   spare Q4_K its 512-bit two-source permute cost more: the split by two in-lane unpacks
+//!   against zero instead of the AND and the shift 2.17-2.24 (the shuffles queue with the
+//!   permutes), and a row at a time in ymm (each row's own sixteen entries, a two-source ymm
+//!   permute, three pairs at a time so that the tables and the twelve ymm accumulators fit the
+//!   32 registers, the inputs loaded once per three pairs) 2.02-2.05.
+//!
+//! The loops start from zeroed accumulators and tables whose every weight is 1.0, and read a
+//! page-aligned buffer: with the registers as earlier code left them and the buffer anywhere
+//! on the stack, the same binary printed some forms bimodally from run to run (the ymm form
+//! 1.58 or 2.0-2.2, the others steady), so figures from before that change (the kernels'
+//! notes up to 2026-12-07) spread wider.
 //!
 //! Without AVX-512 it says so and exits.
 
@@ -50,8 +61,9 @@ mod x86 {
     /// Timed runs of a loop; the least is kept.
     const RUNS: usize = 31;
 
-    /// A 4 KiB buffer the step loops load their codes and inputs from.
-    #[repr(align(64))]
+    /// A 4 KiB buffer the step loops load their codes and inputs from, one page (so that no
+    /// load crosses a page, wherever the stack lies).
+    #[repr(align(4096))]
     struct Buf([u8; 4096]);
 
     /// One timed loop: `ITERS` iterations of `body`, which gets the iteration count and the
@@ -59,8 +71,11 @@ mod x86 {
     type Body = unsafe fn(u64, *const u8);
 
     /// Defines a loop function `$name` running the AT&T template `$body` (one iteration) with
-    /// every zmm register and k1 declared clobbered. The prologue leaves zeros in zmm0..2,
-    /// the high-dword mask in zmm31 and 0xaaaa in k1.
+    /// every zmm register and k1 declared clobbered. The prologue leaves zeros in zmm0..12
+    /// and zmm24..31 (the accumulators), in every dword of the table registers zmm12..24 the
+    /// high word of 1.0 (so every weight a step looks up is 1.0 and every sum stays normal:
+    /// registers left as earlier code had them made some runs slower by half, it seems on
+    /// subnormal or huge values), the high-dword mask in zmm31 and 0xaaaa in k1.
     macro_rules! timed_loop {
         ($name:ident, $body:expr) => {
             #[target_feature(enable = "avx512f")]
@@ -72,6 +87,35 @@ mod x86 {
                         "vpxord %zmm0, %zmm0, %zmm0",
                         "vpxord %zmm1, %zmm1, %zmm1",
                         "vpxord %zmm2, %zmm2, %zmm2",
+                        "vpxord %zmm3, %zmm3, %zmm3",
+                        "vpxord %zmm4, %zmm4, %zmm4",
+                        "vpxord %zmm5, %zmm5, %zmm5",
+                        "vpxord %zmm6, %zmm6, %zmm6",
+                        "vpxord %zmm7, %zmm7, %zmm7",
+                        "vpxord %zmm8, %zmm8, %zmm8",
+                        "vpxord %zmm9, %zmm9, %zmm9",
+                        "vpxord %zmm10, %zmm10, %zmm10",
+                        "vpxord %zmm11, %zmm11, %zmm11",
+                        "vpxord %zmm24, %zmm24, %zmm24",
+                        "vpxord %zmm25, %zmm25, %zmm25",
+                        "vpxord %zmm26, %zmm26, %zmm26",
+                        "vpxord %zmm27, %zmm27, %zmm27",
+                        "vpxord %zmm28, %zmm28, %zmm28",
+                        "vpxord %zmm29, %zmm29, %zmm29",
+                        "vpxord %zmm30, %zmm30, %zmm30",
+                        "mov $0x3ff00000, {t:e}",
+                        "vpbroadcastd {t:e}, %zmm12",
+                        "vmovdqa64 %zmm12, %zmm13",
+                        "vmovdqa64 %zmm12, %zmm14",
+                        "vmovdqa64 %zmm12, %zmm15",
+                        "vmovdqa64 %zmm12, %zmm16",
+                        "vmovdqa64 %zmm12, %zmm17",
+                        "vmovdqa64 %zmm12, %zmm18",
+                        "vmovdqa64 %zmm12, %zmm19",
+                        "vmovdqa64 %zmm12, %zmm20",
+                        "vmovdqa64 %zmm12, %zmm21",
+                        "vmovdqa64 %zmm12, %zmm22",
+                        "vmovdqa64 %zmm12, %zmm23",
                         "vpternlogd $0xff, %zmm31, %zmm31, %zmm31",
                         "vpsllq $32, %zmm31, %zmm31",
                         "mov $0xaaaa, {t:e}",
@@ -179,19 +223,19 @@ mod x86 {
     timed_loop!(and32, concat!(and24!("zmm"), and8!("zmm", "2")));
 
     /// Six pairs' two steps in the form `$m`, which takes the pair's code offset into the
-    /// buffer, its two table registers and its accumulator; zmm24, zmm25 are the steps'
-    /// inputs (from the buffer, as the kernels broadcast them).
+    /// buffer, its two table registers and its accumulator (and `$x`, if given); zmm24, zmm25
+    /// are the steps' inputs (from the buffer, as the kernels broadcast them).
     macro_rules! six_pairs {
-        ($m:ident) => {
+        ($m:ident $(, $x:expr)?) => {
             concat!(
                 "vbroadcastf64x4 1024(%rsi), %zmm24\n",
                 "vbroadcastf64x4 1056(%rsi), %zmm25\n",
-                $m!("1", "12", "13", "0"),
-                $m!("65", "14", "15", "1"),
-                $m!("129", "16", "17", "2"),
-                $m!("193", "18", "19", "3"),
-                $m!("257", "20", "21", "4"),
-                $m!("321", "22", "23", "5"),
+                $m!("1", "12", "13", "0" $(, $x)?),
+                $m!("65", "14", "15", "1" $(, $x)?),
+                $m!("129", "16", "17", "2" $(, $x)?),
+                $m!("193", "18", "19", "3" $(, $x)?),
+                $m!("257", "20", "21", "4" $(, $x)?),
+                $m!("321", "22", "23", "5" $(, $x)?),
             )
         };
     }
@@ -217,9 +261,10 @@ mod x86 {
         };
     }
 
-    /// Q4_K's high-word form: one load, a two-source permute, split by an AND and a shift.
-    macro_rules! two_source_split {
-        ($off:literal, $ta:literal, $tb:literal, $acc:literal) => {
+    /// One load and a two-source permute into zmm28, split into zmm26, zmm27 by `$split`
+    /// (two instructions), then the FMAs: with an AND and a shift, Q4_K's high-word form.
+    macro_rules! two_source_then {
+        ($off:literal, $ta:literal, $tb:literal, $acc:literal, $split:expr) => {
             concat!(
                 "vmovdqu64 ",
                 $off,
@@ -229,9 +274,50 @@ mod x86 {
                 ", %zmm",
                 $ta,
                 ", %zmm28\n",
-                "vpandd %zmm31, %zmm28, %zmm26\n",
-                "vpsllq $32, %zmm28, %zmm27\n",
+                $split,
                 two_fmas!($acc),
+            )
+        };
+    }
+
+    /// One row's two steps at half width: a ymm load of its codes, a two-source ymm permute of
+    /// its own sixteen entries, AND, shift, two ymm FMAs into the row's accumulator.
+    macro_rules! ymm_row {
+        ($off:literal, $ta:literal, $tb:literal, $acc:literal) => {
+            concat!(
+                "vmovdqu64 ",
+                $off,
+                "(%rsi), %ymm28\n",
+                "vpermi2ps %ymm",
+                $tb,
+                ", %ymm",
+                $ta,
+                ", %ymm28\n",
+                "vpandd %ymm31, %ymm28, %ymm26\n",
+                "vpsllq $32, %ymm28, %ymm27\n",
+                "vfmadd231pd %ymm26, %ymm24, %ymm",
+                $acc,
+                "\n",
+                "vfmadd231pd %ymm27, %ymm25, %ymm",
+                $acc,
+                "\n",
+            )
+        };
+    }
+
+    /// Three pairs' six rows ([`ymm_row`]) after their inputs' two ymm loads, into the
+    /// accumulators `$a0..$a5`.
+    macro_rules! three_pairs_ymm {
+        ($a0:literal, $a1:literal, $a2:literal, $a3:literal, $a4:literal, $a5:literal) => {
+            concat!(
+                "vmovapd 1024(%rsi), %ymm24\n",
+                "vmovapd 1056(%rsi), %ymm25\n",
+                ymm_row!("1", "12", "13", $a0),
+                ymm_row!("33", "14", "15", $a1),
+                ymm_row!("65", "16", "17", $a2),
+                ymm_row!("97", "18", "19", $a3),
+                ymm_row!("129", "20", "21", $a4),
+                ymm_row!("161", "22", "23", $a5),
             )
         };
     }
@@ -343,8 +429,29 @@ mod x86 {
     }
 
     timed_loop!(steps_fmas, six_pairs!(fmas_only));
-    timed_loop!(steps_q4k, six_pairs!(two_source_split));
+    timed_loop!(
+        steps_q4k,
+        six_pairs!(
+            two_source_then,
+            "vpandd %zmm31, %zmm28, %zmm26\nvpsllq $32, %zmm28, %zmm27\n"
+        )
+    );
     timed_loop!(steps_q3k, six_pairs!(one_source_split));
+    // The same split by two in-lane unpacks against a zero register (zmm0).
+    timed_loop!(
+        steps_q4k_unpack,
+        six_pairs!(
+            two_source_then,
+            "vunpcklps %zmm28, %zmm0, %zmm26\nvunpckhps %zmm28, %zmm0, %zmm27\n"
+        )
+    );
+    timed_loop!(
+        steps_q4k_ymm,
+        concat!(
+            three_pairs_ymm!("0", "1", "2", "3", "4", "5"),
+            three_pairs_ymm!("6", "7", "8", "9", "10", "11"),
+        )
+    );
     timed_loop!(steps_iq2, six_pairs!(shift_masked));
     timed_loop!(steps_load_masked, six_pairs!(load_masked));
     timed_loop!(steps_qword2, six_pairs!(qword_two_source));
@@ -402,6 +509,8 @@ mod x86 {
             );
             for (label, f) in [
                 ("load, vpermi2ps, AND, shift", steps_q4k as Body),
+                ("load, vpermi2ps, 2 unpacks", steps_q4k_unpack),
+                ("ymm rows, 3 pairs at a time", steps_q4k_ymm),
                 ("load, vpermps, AND, shift", steps_q3k),
                 ("2 x (shift, vpermps{z})", steps_iq2),
                 ("2 x (load, vpermps{z})", steps_load_masked),
