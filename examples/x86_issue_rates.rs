@@ -31,8 +31,9 @@
 //! The loops start from zeroed accumulators and tables whose every weight is 1.0, and read a
 //! page-aligned buffer: with the registers as earlier code left them and the buffer anywhere
 //! on the stack, the same binary printed some forms bimodally from run to run (the ymm form
-//! 1.58 or 2.0-2.2, the others steady), so figures from before that change (the kernels'
-//! notes up to 2026-12-07) spread wider.
+//! 1.58 or 2.0-2.2, the others steady; the register set-up alone did not steady it, the
+//! page-aligned buffer with it did), so figures from before that change (the kernels' notes
+//! up to 2026-12-07) spread wider.
 //!
 //! Without AVX-512 it says so and exits.
 
@@ -71,11 +72,11 @@ mod x86 {
     type Body = unsafe fn(u64, *const u8);
 
     /// Defines a loop function `$name` running the AT&T template `$body` (one iteration) with
-    /// every zmm register and k1 declared clobbered. The prologue leaves zeros in zmm0..12
-    /// and zmm24..31 (the accumulators), in every dword of the table registers zmm12..24 the
-    /// high word of 1.0 (so every weight a step looks up is 1.0 and every sum stays normal:
-    /// registers left as earlier code had them made some runs slower by half, it seems on
-    /// subnormal or huge values), the high-dword mask in zmm31 and 0xaaaa in k1.
+    /// every zmm register and k1 declared clobbered. The prologue leaves zeros in zmm0..11
+    /// and zmm24..30 (the accumulators), in every dword of the table registers zmm12..23 the
+    /// high word of 1.0 (so every weight a step looks up is 1.0 and every sum stays normal,
+    /// whatever earlier code left in the registers), the high-dword mask in zmm31 and 0xaaaa
+    /// in k1.
     macro_rules! timed_loop {
         ($name:ident, $body:expr) => {
             #[target_feature(enable = "avx512f")]
